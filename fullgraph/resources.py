@@ -1,0 +1,58 @@
+"""Wall time and peak memory of named stages, for reports and logs."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MiB."""
+    ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    return ru / (1024 * 1024) if sys.platform == "darwin" else ru / 1024
+
+
+def current_rss_mb() -> float:
+    """Current resident set size of this process, in MiB."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * resource.getpagesize() / (1024 * 1024)
+    except OSError:
+        return peak_rss_mb()
+
+
+@dataclass
+class StageTimer:
+    """Records wall time and peak RSS at the end of each named stage.
+
+    Example:
+        >>> timer = StageTimer()
+        >>> with timer.stage("read"):
+        ...     pass
+        >>> timer.as_dict()["read"]["seconds"] >= 0
+        True
+    """
+
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time the body as stage ``name``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stages[name] = {
+                "seconds": round(time.perf_counter() - t0, 4),
+                "peak_rss_mb": round(peak_rss_mb(), 1),
+            }
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        """The recorded stages, in order."""
+        return dict(self.stages)

@@ -1,0 +1,1 @@
+"""fullgraph.partition"""
