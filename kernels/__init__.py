@@ -1,1 +1,33 @@
-"""fullgraph.kernels"""
+"""fullgraph.kernels: the sparse aggregation operator and the halo compression kernels.
+
+Public API:
+    - :class:`CSRMatrix`: a CSR operator built once per graph (transpose cached, GCN / mean
+      weights).
+    - :func:`spmm`: ``A @ X``, autograd-aware; Triton on CUDA, numba on CPU, torch reference.
+    - :func:`spmm_reference`: the plain-torch ``A @ X``.
+    - :func:`quantize`, :func:`dequantize`, :class:`QuantizedRows`, :func:`cast_half`:
+      per-row min/scale quantization to 8, 4 or 2 bits, packed into bytes.
+"""
+
+from fullgraph.kernels.csr import CSRMatrix
+from fullgraph.kernels.quantize import (
+    QuantizedRows,
+    cast_half,
+    dequantize,
+    packed_width,
+    quantize,
+    record_nbytes,
+)
+from fullgraph.kernels.spmm import spmm, spmm_reference
+
+__all__ = [
+    "CSRMatrix",
+    "QuantizedRows",
+    "cast_half",
+    "dequantize",
+    "packed_width",
+    "quantize",
+    "record_nbytes",
+    "spmm",
+    "spmm_reference",
+]

@@ -1,0 +1,263 @@
+"""Full-batch against mini-batch (neighbour sampling) training, like for like.
+
+Same datasets, same ranks (P = 1, 2 on this machine), same model (GraphSAGE mean, 3 layers,
+``--hidden``), same evaluation (full-graph inference, test accuracy at the best validation
+epoch), same logging. For every (dataset, P, method) it runs the real command:
+
+- full-batch: ``fullgraph partition --parts P`` once, then
+  ``mpirun -n P fullgraph train --parts DIR --model sage ...``;
+- mini-batch: ``mpirun -n P fullgraph minibatch --fanouts 15,10,5 ...``;
+
+and reports, from the JSON logs: time to reach the target test accuracy (98% of the best
+final test accuracy of all runs on that dataset; training time only, evaluation excluded),
+median epoch time, final test accuracy and peak memory per rank. One chart per dataset plots
+test accuracy against cumulative training time for every run.
+
+    python bench/fullbatch_vs_minibatch.py [--datasets arxiv-synth,coauthor-physics,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import CSVWriter, command_line  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SHARED = REPO.parent / "shared" / "datasets"
+
+#: Per dataset: mini-batch size (the Shchur splits train on 20 nodes per class, so a small
+#: batch gives several steps per epoch) and the epoch budgets of each method.
+SETTINGS = {
+    "arxiv-synth": {"batch_size": 1024, "fb_epochs": 60, "mb_epochs": 3},
+    "coauthor-physics": {"batch_size": 32, "fb_epochs": 60, "mb_epochs": 15},
+    "amazon-computers": {"batch_size": 64, "fb_epochs": 100, "mb_epochs": 15},
+}
+
+
+def prepare_root(root: Path, names: list[str], arxiv_root: Path) -> dict[str, Path]:
+    """Dataset roots: shared raw files linked into ``root``; arxiv-synth found or generated."""
+    roots = {}
+    for name in names:
+        if name == "arxiv-synth":
+            if (arxiv_root / "arxiv_synth" / "meta.json").is_file():
+                roots[name] = arxiv_root
+            else:
+                if not (root / "arxiv_synth" / "meta.json").is_file():
+                    run(
+                        [
+                            str(BIN / "fullgraph"),
+                            "data",
+                            "synth",
+                            "--preset",
+                            "arxiv",
+                            "--name",
+                            "arxiv-synth",
+                            "--root",
+                            str(root),
+                        ],
+                        600,
+                    )
+                roots[name] = root
+            continue
+        d = name.replace("-", "_")
+        raw = SHARED / d / "raw"
+        if not raw.is_dir():
+            raise SystemExit(f"{raw} not found: cannot benchmark {name}")
+        (root / d).mkdir(parents=True, exist_ok=True)
+        if not (root / d / "raw").exists():
+            (root / d / "raw").symlink_to(raw)
+        roots[name] = root
+    return roots
+
+
+def run(cmd: list[str], timeout: float) -> float:
+    """Run ``cmd`` (output to the console's stderr only on failure); return its wall time."""
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout[-3000:] + r.stderr[-3000:])
+        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}")
+    return time.perf_counter() - t0
+
+
+def launcher(ranks: int) -> list[str]:
+    """``mpirun -n P`` for P > 1, nothing for one process."""
+    return [str(BIN / "mpirun"), "-n", str(ranks)] if ranks > 1 else []
+
+
+def read_log(path: Path) -> tuple[list[dict], dict]:
+    """Epoch records and the final record of a JSONL log."""
+    recs = [json.loads(s) for s in path.read_text().splitlines() if s.strip()]
+    return [r for r in recs if "epoch" in r and not r.get("final")], recs[-1]
+
+
+def summarise(epochs: list[dict], final: dict, target: float) -> dict[str, float]:
+    """Time to target, median epoch time, final accuracy and peak memory of one run."""
+    elapsed, to_target = 0.0, float("nan")
+    for rec in epochs:
+        elapsed += rec["epoch_s"]
+        if "test_acc" in rec and rec["test_acc"] >= target and to_target != to_target:
+            to_target = elapsed
+    return {
+        "time_to_target_s": to_target,
+        "median_epoch_s": final["median_epoch_s"],
+        "final_test_acc": final["test_acc"],
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in epochs),
+        "train_time_s": elapsed,
+    }
+
+
+def curve(epochs: list[dict]) -> tuple[list[float], list[float]]:
+    """(cumulative training seconds, test accuracy) at every evaluated epoch."""
+    xs, ys, t = [], [], 0.0
+    for rec in epochs:
+        t += rec["epoch_s"]
+        if "test_acc" in rec:
+            xs.append(t)
+            ys.append(rec["test_acc"])
+    return xs, ys
+
+
+def plot(dataset: str, runs: dict, target: float, out: Path) -> None:
+    """Test accuracy against training time, every (method, P) on one chart."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (method, ranks), (epochs, _) in sorted(runs.items()):
+        xs, ys = curve(epochs)
+        style = "-" if method == "full-batch" else "--"
+        ax.plot(xs, ys, style, marker=".", label=f"{method}, P={ranks}")
+    ax.axhline(target, color="grey", lw=0.8, ls=":", label=f"target {target:.3f}")
+    ax.set_xlabel("training time (s, evaluation excluded)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title(f"{dataset}: full-batch vs mini-batch GraphSAGE")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main() -> int:
+    """Run every (dataset, P, method), then write CSV rows, charts and a summary table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", default=",".join(SETTINGS))
+    ap.add_argument("--ranks", default="1,2")
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--fanouts", default="15,10,5", help="also fixes the layer count")
+    ap.add_argument("--lr-full", type=float, default=0.01, help="full-batch Adam lr")
+    ap.add_argument("--lr-mini", type=float, default=0.003, help="mini-batch Adam lr")
+    ap.add_argument("--epoch-scale", type=float, default=1.0, help="multiply epoch budgets")
+    ap.add_argument("--arxiv-root", default="/tmp/fg-data")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    args = ap.parse_args()
+    out = Path(args.out)
+    work = out / "fullbatch_vs_minibatch"
+    work.mkdir(parents=True, exist_ok=True)
+    names = [n for n in args.datasets.split(",") if n]
+    unknown = [n for n in names if n not in SETTINGS]
+    if unknown:
+        raise SystemExit(f"unknown dataset(s) {unknown}; known: {', '.join(SETTINGS)}")
+    ranks_list = [int(r) for r in args.ranks.split(",")]
+    roots = prepare_root(work / "data", names, Path(args.arxiv_root))
+    layers = len(args.fanouts.split(","))
+    model = ["--hidden", str(args.hidden), "--dropout", "0.5", "--input-dropout", "0"]
+    model += ["--weight-decay", "0", "--seed", "0", "--quiet"]
+    csv = CSVWriter(out / "fullbatch_vs_minibatch.csv")
+    env_note = f"{os.cpu_count()} cores; threads per rank = cores / P"
+    table = []
+    for name in names:
+        s = SETTINGS[name]
+        fb_epochs = max(1, round(s["fb_epochs"] * args.epoch_scale))
+        mb_epochs = max(1, round(s["mb_epochs"] * args.epoch_scale))
+        runs: dict = {}
+        for p in ranks_list:
+            parts = work / "parts" / f"{name}-{p}"
+            if not (parts / "meta.json").is_file():
+                run(
+                    [
+                        str(BIN / "fullgraph"),
+                        "partition",
+                        "--dataset",
+                        name,
+                        "--root",
+                        str(roots[name]),
+                        "--parts",
+                        str(p),
+                        "--out",
+                        str(parts),
+                        "--force",
+                    ],
+                    args.timeout,
+                )
+            log = work / f"{name}-P{p}-full.jsonl"
+            cmd = [*launcher(p), str(BIN / "fullgraph"), "train", "--parts", str(parts)]
+            cmd += ["--model", "sage", "--layers", str(layers), "--lr", str(args.lr_full)]
+            cmd += ["--epochs", str(fb_epochs), "--log-json", str(log), *model]
+            print(f"[{name} P={p}] full-batch: {' '.join(cmd)}", flush=True)
+            wall = run(cmd, args.timeout)
+            runs[("full-batch", p)] = (*read_log(log), wall)
+            log = work / f"{name}-P{p}-mini.jsonl"
+            cmd = [*launcher(p), str(BIN / "fullgraph"), "minibatch", "--dataset", name]
+            cmd += ["--root", str(roots[name]), "--fanouts", args.fanouts]
+            cmd += ["--batch-size", str(s["batch_size"]), "--lr", str(args.lr_mini)]
+            cmd += ["--epochs", str(mb_epochs), "--log-json", str(log), *model]
+            print(f"[{name} P={p}] mini-batch: {' '.join(cmd)}", flush=True)
+            wall = run(cmd, args.timeout)
+            runs[("mini-batch", p)] = (*read_log(log), wall)
+        target = 0.98 * max(final["test_acc"] for _, final, _ in runs.values())
+        for (method, p), (epochs, final, wall) in sorted(runs.items()):
+            stats = summarise(epochs, final, target)
+            units = {
+                "time_to_target_s": "s",
+                "median_epoch_s": "s",
+                "final_test_acc": "acc",
+                "peak_rss_mb": "MiB",
+                "train_time_s": "s",
+            }
+            for metric, value in stats.items():
+                csv.write(
+                    f"fullbatch_vs_minibatch/{name}",
+                    method,
+                    metric,
+                    units[metric],
+                    p,
+                    value,
+                    ranks=p,
+                )
+            table.append((name, method, p, target, stats, len(epochs), wall))
+        plot(name, {k: v[:2] for k, v in runs.items()}, target, out / f"fbmb_{name}.png")
+    print(
+        f"\nGraphSAGE mean, {layers} layers, hidden {args.hidden}, fanouts {args.fanouts}; "
+        f"{env_note}; target = 98% of the best final test accuracy per dataset"
+    )
+    print(
+        f"{'dataset':18} {'method':11} {'P':>2} {'target':>7} {'to target s':>11} "
+        f"{'median ep s':>11} {'final acc':>9} {'peak MiB':>8} {'epochs':>6} {'wall s':>7}"
+    )
+    for name, method, p, target, st, n_ep, wall in table:
+        print(
+            f"{name:18} {method:11} {p:>2} {target:7.4f} {st['time_to_target_s']:11.2f} "
+            f"{st['median_epoch_s']:11.3f} {st['final_test_acc']:9.4f} "
+            f"{st['peak_rss_mb']:8.0f} {n_ep:6d} {wall:7.1f}"
+        )
+    print(f"\nCSV: {csv.path}; charts: {out}/fbmb_<dataset>.png; logs: {work}")
+    print(f"reproduce with: {command_line()}")
+    shutil.rmtree(work / "parts", ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

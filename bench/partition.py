@@ -1,0 +1,193 @@
+"""Partitioning benchmark: METIS against random and contiguous on the same graph, same run.
+
+For every method and P it starts one subprocess (so that peak memory is that run's alone), which
+loads the dataset, partitions it into a temporary directory and reports: total halo rows
+(rows exchanged per layer), edge cut, imbalance of nodes / train nodes / edges, partitioning
+time (without loading) and the process's peak RSS (loading included, so an upper bound).
+Rows go to ``bench/results/partition.csv`` (long format, ``bench/common.py``) and a plot to
+``bench/results/partition.png``.
+
+Usage::
+
+    python bench/partition.py --dataset arxiv-synth --root /tmp/fg-data          # P = 2, 4, 8
+    python bench/partition.py --products --dataset products-synth --root /tmp/fg-data
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import CSVWriter, command_line  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+#: (metric, unit, key into a worker's result) of every CSV row per run.
+METRICS = [
+    ("halo_rows", "rows", "rows_exchanged_per_layer"),
+    ("edge_cut", "edges", "edge_cut"),
+    ("imbalance_nodes", "max/mean", "imbalance_nodes"),
+    ("imbalance_train", "max/mean", "imbalance_train"),
+    ("imbalance_edges", "max/mean", "imbalance_edges"),
+    ("partition_time", "s", "seconds"),
+    ("peak_rss", "MiB", "peak_rss_mb"),
+]
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Load, partition into a temporary directory, print one JSON line of results."""
+    from fullgraph.datasets import load
+    from fullgraph.partition import partition_graph
+    from fullgraph.resources import peak_rss_mb
+
+    graph = load(args.dataset, args.root)
+    load_peak = peak_rss_mb()
+    with tempfile.TemporaryDirectory(prefix="fg-bench-part-") as tmp:
+        t0 = time.perf_counter()
+        meta = partition_graph(graph, args.parts, Path(tmp) / "p", args.method, args.seed)
+        seconds = time.perf_counter() - t0
+    rep = meta["report"]
+    result = {
+        "seconds": round(seconds, 3),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "load_peak_rss_mb": round(load_peak, 1),
+        "rows_exchanged_per_layer": rep["rows_exchanged_per_layer"],
+        "edge_cut": rep["edge_cut"],
+        "stages": rep["stages"],
+        "notes": rep["notes"],
+        "num_nodes": meta["num_nodes"],
+        "num_edges": meta["num_edges"],
+        **{f"imbalance_{k}": v for k, v in rep["imbalance"].items()},
+    }
+    print("RESULT " + json.dumps(result))
+
+
+def run_one(args: argparse.Namespace, method: str, parts: int) -> dict:
+    """Run :func:`worker` in a fresh interpreter and parse its result line."""
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--dataset",
+        args.dataset,
+        "--root",
+        str(args.root),
+        "--method",
+        method,
+        "--seed",
+        str(args.seed),
+        "--parts-one",
+        str(parts),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{method} P={parts} failed:\n{done.stderr[-3000:]}")
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT ") :])
+
+
+def plot(results: dict, what: str, path: Path) -> None:
+    """Four panels against P: halo rows, worst imbalance, time, peak RSS; one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
+    panels = [
+        ("total halo rows (per layer)", lambda r: r["rows_exchanged_per_layer"]),
+        (
+            "worst imbalance (nodes/train/edges)",
+            lambda r: max(r["imbalance_nodes"], r["imbalance_train"], r["imbalance_edges"]),
+        ),
+        ("partition time (s)", lambda r: r["seconds"]),
+        ("peak RSS incl. load (MiB)", lambda r: r["peak_rss_mb"]),
+    ]
+    for ax, (title, get) in zip(axes, panels, strict=True):
+        for method, by_p in results.items():
+            ps = sorted(by_p)
+            ax.plot(ps, [get(by_p[p]) for p in ps], marker="o", label=method)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("parts P")
+        ax.set_xticks(sorted({p for by_p in results.values() for p in by_p}))
+    axes[0].legend()
+    fig.suptitle(what)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    """Parse options, run every (method, P), write CSV and plot, print the targets."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", default="arxiv-synth", help="dataset name")
+    parser.add_argument("--root", type=Path, default=Path("/tmp/fg-data"), help="dataset root")
+    parser.add_argument("--parts", type=int, nargs="+", default=[2, 4, 8], help="values of P")
+    parser.add_argument(
+        "--methods", nargs="+", default=["metis", "random", "contiguous"], help="methods"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--products",
+        action="store_true",
+        help="products-like run: METIS into 8 parts only (give --dataset of that graph)",
+    )
+    parser.add_argument("--out-dir", type=Path, default=RESULTS, help="CSV and PNG directory")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--parts-one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--method", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        args.parts = args.parts_one
+        worker(args)
+        return
+    if args.products:
+        args.parts, args.methods = [8], ["metis"]
+    stem = "partition-products" if args.products else "partition"
+    csv = CSVWriter(args.out_dir / f"{stem}.csv")
+    what = f"partition/{args.dataset}"
+    # Load once first so that the dataset's processed cache exists and every run below
+    # measures the same (cached) load, not the first CSV parse.
+    warm = f"from fullgraph.datasets import load; load({args.dataset!r}, {str(args.root)!r})"
+    subprocess.run([sys.executable, "-c", warm], check=True, capture_output=True)
+    results: dict[str, dict[int, dict]] = {}
+    for parts in args.parts:
+        for method in args.methods:
+            r = run_one(args, method, parts)
+            results.setdefault(method, {})[parts] = r
+            for metric, unit, key in METRICS:
+                csv.write(what, method, metric, unit, parts, r[key], ranks=parts)
+            print(
+                f"{method:>10} P={parts}: halo rows {r['rows_exchanged_per_layer']:>9,}  "
+                f"edge cut {r['edge_cut']:>10,}  imbalance nodes {r['imbalance_nodes']:.3f} "
+                f"train {r['imbalance_train']:.3f} edges {r['imbalance_edges']:.3f}  "
+                f"time {r['seconds']:7.2f} s  peak {r['peak_rss_mb']:7.0f} MiB "
+                f"(load {r['load_peak_rss_mb']:.0f})"
+                + (f"  notes: {r['notes']}" if r["notes"] else "")
+            )
+    png = args.out_dir / f"{stem}.png"
+    plot(results, f"{what} ({r['num_nodes']:,} nodes, {r['num_edges']:,} edges)", png)
+    print(f"wrote {csv.path} and {png}")
+    metis = results.get("metis", {})
+    if 4 in metis and 4 in results.get("random", {}):
+        ratio = (
+            metis[4]["rows_exchanged_per_layer"] / results["random"][4]["rows_exchanged_per_layer"]
+        )
+        print(f"target: METIS halo rows at P=4 / random = {ratio:.3f} (<= 0.3)")
+    for parts, r in sorted(metis.items()):
+        worst = max(r["imbalance_nodes"], r["imbalance_train"], r["imbalance_edges"])
+        print(
+            f"target: METIS P={parts} worst imbalance {worst:.3f} (<= 1.05), time "
+            f"{r['seconds']:.2f} s, peak {r['peak_rss_mb'] / 1024:.2f} GiB"
+            + ("" if args.products else " (arxiv-like: < 20 s, < 2 GiB)")
+        )
+    print(f"reproduce: {command_line()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""``load(name, root)``: one entry point that finds the right reader for a dataset name.
+
+Every dataset lives in ``<root>/<name with - as _>/`` with its files in ``raw/``:
+
+============================  =============================================================
+name                          files in ``raw/``
+============================  =============================================================
+cora, citeseer, pubmed        Planetoid ``ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index}``
+amazon-computers/-photo,      gnn-benchmark ``.npz`` (or a ``.zip`` holding it); seeded split
+coauthor-cs/-physics          of 20 train / 30 validation nodes per class, rest test
+tolokers                      heterophilous-graphs ``tolokers.npz``; fixed split 0
+facebook, github              MUSAE ``edges.csv``, ``target.csv`` (+ ``features.json``)
+ogbn-<anything>               OGB node-property layout (``edge.csv.gz`` ...)
+any other name                OGB layout with fullgraph's ``meta.json`` marker (``data synth``)
+============================  =============================================================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from fullgraph.datasets.graph import Graph
+from fullgraph.datasets.ogb_writer import dataset_dir
+from fullgraph.errors import DataError
+
+log = logging.getLogger(__name__)
+
+#: Names with a dedicated reader (``ogbn-*`` and synthetic names are matched separately).
+KNOWN_NAMES = (
+    "cora",
+    "citeseer",
+    "pubmed",
+    "amazon-computers",
+    "amazon-photo",
+    "coauthor-cs",
+    "coauthor-physics",
+    "tolokers",
+    "facebook",
+    "github",
+)
+
+
+def _reader(name: str) -> Callable[..., Graph] | None:
+    if name in ("cora", "citeseer", "pubmed"):
+        from fullgraph.datasets.planetoid import read_planetoid
+
+        return read_planetoid
+    if name in ("amazon-computers", "amazon-photo", "coauthor-cs", "coauthor-physics"):
+        from fullgraph.datasets.npz import read_gnn_benchmark
+
+        return read_gnn_benchmark
+    if name == "tolokers":
+        from fullgraph.datasets.npz import read_heterophilous
+
+        return read_heterophilous
+    if name in ("facebook", "github"):
+        from fullgraph.datasets.musae import read_musae
+
+        return read_musae
+    return None
+
+
+def load(
+    name: str,
+    root: str | Path,
+    *,
+    symmetric: bool = True,
+    remove_self_loops: bool = True,
+    seed: int = 0,
+    cache: bool = True,
+    mmap: bool = False,
+) -> Graph:
+    """Load dataset ``name`` from ``<root>/<name with - as _>/``; nothing is downloaded.
+
+    Args:
+        name: one of :data:`KNOWN_NAMES`, ``ogbn-<name>``, or a name written by
+            ``fullgraph data synth`` / :func:`fullgraph.datasets.synthetic.write_ogb`.
+        root: the dataset root directory.
+        symmetric: add the reverse of every edge (default: the graph is undirected).
+        remove_self_loops: drop ``v -> v`` edges (duplicates are always merged).
+        seed: seed of the per-class split of datasets without a fixed one (Amazon, Coauthor).
+        cache: OGB layout only: read/write the ``processed/`` ``.npy`` cache.
+        mmap: OGB layout only: memory-map the cached arrays.
+
+    Returns:
+        The validated :class:`Graph`. ``graph.meta["missing"]`` lists parts the source lacks
+        (``["features"]`` for PubMed, whose ``x`` is ``None``).
+
+    Raises:
+        DataError: unknown name (the known ones listed), missing file (the path named),
+            malformed data.
+    """
+    root = Path(root)
+    reader = _reader(name)
+    if reader is not None:
+        return reader(
+            root, name, symmetric=symmetric, remove_self_loops=remove_self_loops, seed=seed
+        )
+    d = dataset_dir(root, name)
+    if name.startswith("ogbn-") or (d / "meta.json").is_file():
+        from fullgraph.datasets.ogb import read_ogb
+
+        return read_ogb(
+            root,
+            name,
+            symmetric=symmetric,
+            remove_self_loops=remove_self_loops,
+            cache=cache,
+            mmap=mmap,
+        )
+    hint = f" ({d} is not a fullgraph dataset directory)" if d.is_dir() else ""
+    raise DataError(
+        f"unknown dataset {name!r}{hint}; known: {', '.join(KNOWN_NAMES)}, ogbn-<name>, "
+        f"or a name written by `fullgraph data synth`"
+    )
+
+
+def require_features(graph: Graph) -> None:
+    """Raise :class:`DataError` if ``graph`` has no node features (e.g. PubMed here).
+
+    Args:
+        graph: a loaded graph.
+    """
+    if graph.x is None:
+        missing = graph.meta.get("missing", [])
+        detail = f" (source lacks: {', '.join(missing)})" if missing else ""
+        raise DataError(f"{graph.name}: no node features available{detail}")

@@ -1,0 +1,77 @@
+"""Training checkpoints: model, optimiser, epoch, RNG, config, partition hash; atomic writes.
+
+Parameters are identical on every rank, so rank 0 writes one file, ``<dir>/checkpoint.pt``, and
+every rank reads it on ``--resume``. The file is replaced atomically (temporary file, fsync,
+rename), so an interrupted write leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fullgraph.atomic import atomic_write_bytes
+from fullgraph.errors import ConfigError
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+#: Config keys that must match between the checkpoint and the resumed run.
+MODEL_KEYS = ("model", "layers", "hidden", "dropout", "input_dropout", "seed", "lr")
+
+
+def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
+    """Write ``state`` to ``directory/checkpoint.pt`` atomically.
+
+    Args:
+        directory: the checkpoint directory (created when missing).
+        state: ``model``, ``optimizer``, ``epoch``, ``rng``, ``config``, ``partition_hash``,
+            ``history``.
+
+    Returns:
+        The path written.
+    """
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    path = Path(directory) / CHECKPOINT_NAME
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def load_checkpoint(
+    directory: str | Path, config: dict[str, Any], partition_hash: str
+) -> dict[str, Any]:
+    """Read ``directory/checkpoint.pt`` and check it belongs to this run.
+
+    Args:
+        directory: the checkpoint directory.
+        config: the resumed run's resolved config.
+        partition_hash: hash of the partition this rank trains on.
+
+    Returns:
+        The saved state.
+
+    Raises:
+        ConfigError: no checkpoint, an unreadable one, another partition, or another model.
+    """
+    path = Path(directory) / CHECKPOINT_NAME
+    if not path.is_file():
+        raise ConfigError(f"--resume: no checkpoint at {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
+        raise ConfigError(f"--resume: cannot read {path} ({exc})") from exc
+    if state.get("partition_hash") != partition_hash:
+        raise ConfigError(
+            f"--resume: {path} was written for partition {state.get('partition_hash')}, "
+            f"this run trains on {partition_hash}"
+        )
+    saved = state.get("config", {})
+    for key in MODEL_KEYS:
+        if saved.get(key) != config.get(key):
+            raise ConfigError(
+                f"--resume: {path} has {key}={saved.get(key)!r}, this run has {config.get(key)!r}"
+            )
+    return state

@@ -1,0 +1,375 @@
+"""Communicators: all-to-all with per-peer counts, reductions and broadcasts over one transport.
+
+A :class:`Communicator` is one object per process (no module-level state) built by
+:func:`create_communicator` from the launcher's rank and size:
+
+- ``local``: a single process; every collective is the identity.
+- ``mpi``: mpi4py on host buffers (non-blocking ``Ialltoallv`` / ``Iallreduce``).
+- ``gloo`` / ``nccl``: ``torch.distributed`` process groups. Under an MPI launcher rank 0 binds a
+  free port and publishes ``tcp://host:port`` with an MPI broadcast; under ``torchrun`` the
+  ``MASTER_ADDR`` / ``MASTER_PORT`` rendezvous is used.
+
+Every collective waits at most ``timeout_s`` seconds and raises :class:`TimeoutError` after.
+Bytes sent by this rank are counted per tag in :attr:`Communicator.bytes_sent`.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+
+from fullgraph.errors import ConfigError
+from fullgraph.launch import LaunchInfo
+
+TRANSPORTS = ("local", "mpi", "gloo", "nccl")
+
+
+class PendingExchange:
+    """An all-to-all in flight; :meth:`wait` returns the received rows.
+
+    Args:
+        wait_fn: blocks until the data has landed (raising on timeout).
+        recv: the buffer the data lands in, float [sum(recv_counts), width].
+        on_done: called with the seconds spent waiting.
+    """
+
+    def __init__(
+        self, wait_fn: Callable[[], None], recv: torch.Tensor, on_done: Callable[[float], None]
+    ) -> None:
+        self._wait_fn = wait_fn
+        self._recv = recv
+        self._on_done = on_done
+        self._done = False
+
+    def wait(self) -> torch.Tensor:
+        """Block until the exchange completes; return the received rows."""
+        if not self._done:
+            t0 = time.perf_counter()
+            self._wait_fn()
+            self._on_done(time.perf_counter() - t0)
+            self._done = True
+        return self._recv
+
+
+class Communicator:
+    """Collectives of one rank over one transport (``local`` base implementation).
+
+    Attributes:
+        rank: this process's rank.
+        size: number of ranks.
+        transport: the transport name.
+        timeout_s: seconds any collective may wait before :class:`TimeoutError`.
+        bytes_sent: bytes this rank sent, per tag (``halo``, ``reduce``, ...).
+        wait_s: seconds spent blocked in collectives, per tag.
+    """
+
+    transport = "local"
+
+    def __init__(self, rank: int = 0, size: int = 1, timeout_s: float = 300.0) -> None:
+        self.rank = rank
+        self.size = size
+        self.timeout_s = float(timeout_s)
+        self.bytes_sent: dict[str, int] = defaultdict(int)
+        self.wait_s: dict[str, float] = defaultdict(float)
+        self.device = torch.device("cpu")
+
+    # -- hooks the transports override -------------------------------------------------------
+    def _alltoallv(
+        self, send: torch.Tensor, recv: torch.Tensor, send_rows: list[int], recv_rows: list[int]
+    ) -> Callable[[], None]:
+        recv.copy_(send)
+        return lambda: None
+
+    def _allreduce(self, tensor: torch.Tensor, op: str) -> None:
+        return None
+
+    def _broadcast(self, tensor: torch.Tensor, root: int) -> None:
+        return None
+
+    def allgather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (small Python objects only)."""
+        return [obj]
+
+    def abort(self, code: int = 1) -> None:
+        """Terminate the whole job with exit status ``code`` (never returns)."""
+        raise SystemExit(code)
+
+    def close(self) -> None:
+        """Release the transport's resources."""
+
+    # -- public collectives ------------------------------------------------------------------
+    def alltoallv_start(
+        self,
+        send: torch.Tensor,
+        send_counts: Sequence[int],
+        recv_counts: Sequence[int],
+        tag: str = "halo",
+    ) -> PendingExchange:
+        """Start an all-to-all: rows ``send[off_q:off_q + send_counts[q]]`` go to rank ``q``.
+
+        Args:
+            send: rows to send, grouped by destination rank in ascending order.
+            send_counts: rows for each destination rank.
+            recv_counts: rows arriving from each source rank.
+            tag: the counter the bytes and wait time are booked under.
+
+        Returns:
+            A :class:`PendingExchange`; its ``wait()`` gives the received rows grouped by
+            source rank.
+
+        Shapes:
+            - ``send``: [sum(send_counts), W]; result: [sum(recv_counts), W].
+        """
+        send_rows, recv_rows = [int(c) for c in send_counts], [int(c) for c in recv_counts]
+        if len(send_rows) != self.size or len(recv_rows) != self.size:
+            raise ConfigError(
+                f"all-to-all needs {self.size} per-rank counts, got {len(send_rows)} and "
+                f"{len(recv_rows)}"
+            )
+        send = send.contiguous()
+        width = send.shape[1] if send.dim() == 2 else 1
+        recv = torch.empty((sum(recv_rows), *send.shape[1:]), dtype=send.dtype, device=send.device)
+        peer_rows = sum(send_rows) - send_rows[self.rank]
+        self.bytes_sent[tag] += peer_rows * width * send.element_size()
+        wait_fn = self._alltoallv(send, recv, send_rows, recv_rows)
+
+        def booked(seconds: float) -> None:
+            self.wait_s[tag] += seconds
+
+        return PendingExchange(wait_fn, recv, booked)
+
+    def allreduce_(
+        self, tensor: torch.Tensor, op: str = "sum", tag: str = "reduce"
+    ) -> torch.Tensor:
+        """Reduce ``tensor`` in place over all ranks (``op`` is ``sum`` or ``max``)."""
+        if op not in ("sum", "max"):
+            raise ConfigError(f"unknown reduction {op!r} (expected sum or max)")
+        if self.size > 1:
+            self.bytes_sent[tag] += tensor.numel() * tensor.element_size()
+        t0 = time.perf_counter()
+        self._allreduce(tensor, op)
+        self.wait_s[tag] += time.perf_counter() - t0
+        return tensor
+
+    def broadcast_(self, tensor: torch.Tensor, root: int = 0) -> torch.Tensor:
+        """Overwrite ``tensor`` on every rank with rank ``root``'s values."""
+        self._broadcast(tensor, root)
+        return tensor
+
+    def barrier(self) -> None:
+        """Wait until every rank arrives (a one-element reduction, so it has a timeout)."""
+        self._allreduce(torch.zeros(1, device=self.device), "sum")
+
+
+def _wait_request(request: Any, timeout_s: float, what: str) -> None:
+    """Poll an MPI request until done; raise :class:`TimeoutError` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.0
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"MPI {what} did not complete within {timeout_s:g} s")
+        if delay:
+            time.sleep(delay)
+        delay = min(max(delay * 2, 1e-6), 2e-4)
+
+
+class MPICommunicator(Communicator):
+    """mpi4py on host buffers: ``Ialltoallv`` with per-peer counts, ``Iallreduce``."""
+
+    transport = "mpi"
+
+    def __init__(self, timeout_s: float = 300.0) -> None:
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self._comm = MPI.COMM_WORLD
+        super().__init__(self._comm.Get_rank(), self._comm.Get_size(), timeout_s)
+
+    def _alltoallv(
+        self, send: torch.Tensor, recv: torch.Tensor, send_rows: list[int], recv_rows: list[int]
+    ) -> Callable[[], None]:
+        width = int(np.prod(send.shape[1:])) if send.dim() > 1 else 1
+        scount = np.asarray(send_rows, dtype=np.int64) * width
+        rcount = np.asarray(recv_rows, dtype=np.int64) * width
+        sdispl = np.concatenate([[0], np.cumsum(scount)[:-1]])
+        rdispl = np.concatenate([[0], np.cumsum(rcount)[:-1]])
+        sbuf, rbuf = send.numpy().reshape(-1), recv.numpy().reshape(-1)
+        req = self._comm.Ialltoallv([sbuf, (scount, sdispl)], [rbuf, (rcount, rdispl)])
+
+        def wait(_alive: tuple = (sbuf, rbuf, scount, rcount, sdispl, rdispl)) -> None:
+            # The default argument keeps the buffers alive until the request completes.
+            _wait_request(req, self.timeout_s, "all-to-all")
+
+        return wait
+
+    def _allreduce(self, tensor: torch.Tensor, op: str) -> None:
+        if self.size == 1:
+            return
+        buf = tensor.numpy().reshape(-1)
+        mpi_op = self._mpi.SUM if op == "sum" else self._mpi.MAX
+        req = self._comm.Iallreduce(self._mpi.IN_PLACE, buf, op=mpi_op)
+        _wait_request(req, self.timeout_s, "all-reduce")
+
+    def _broadcast(self, tensor: torch.Tensor, root: int) -> None:
+        if self.size == 1:
+            return
+        req = self._comm.Ibcast(tensor.numpy().reshape(-1), root=root)
+        _wait_request(req, self.timeout_s, "broadcast")
+
+    def allgather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (pickled; sizes exchanged first)."""
+        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+        sizes = np.zeros(self.size, dtype=np.int64)
+        req = self._comm.Iallgather(np.array([data.size], dtype=np.int64), sizes)
+        _wait_request(req, self.timeout_s, "all-gather")
+        out = np.empty(int(sizes.sum()), dtype=np.uint8)
+        displ = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        req = self._comm.Iallgatherv(data, [out, (sizes, displ)])
+        _wait_request(req, self.timeout_s, "all-gather")
+        return [pickle.loads(out[d : d + s].tobytes()) for d, s in zip(displ, sizes, strict=True)]
+
+    def abort(self, code: int = 1) -> None:
+        """Abort every rank of ``MPI.COMM_WORLD``."""
+        self._comm.Abort(code)
+
+
+class TorchCommunicator(Communicator):
+    """``torch.distributed`` (``gloo`` on CPU, ``nccl`` on CUDA) with its own process group.
+
+    Args:
+        backend: ``gloo`` or ``nccl``.
+        info: rank and size from the launcher.
+        timeout_s: process-group timeout for every collective.
+    """
+
+    def __init__(self, backend: str, info: LaunchInfo, timeout_s: float = 300.0) -> None:
+        import torch.distributed as dist
+
+        super().__init__(info.rank, info.size, timeout_s)
+        self.transport = backend
+        self._dist = dist
+        self._mpi_comm = None
+        if backend == "nccl":
+            if not torch.cuda.is_available():
+                raise ConfigError("transport nccl needs CUDA, but torch sees no GPU")
+            self.device = torch.device("cuda", info.local_rank % torch.cuda.device_count())
+            torch.cuda.set_device(self.device)
+        if info.launcher == "torchrun":
+            init_method = "env://"
+        elif info.size == 1:
+            init_method = f"tcp://127.0.0.1:{_free_port('127.0.0.1')}"
+        else:
+            from mpi4py import MPI
+
+            self._mpi_comm = MPI.COMM_WORLD
+            address = None
+            if info.rank == 0:
+                host = socket.gethostname()
+                address = f"tcp://{host}:{_free_port('')}"
+            init_method = self._mpi_comm.bcast(address, root=0)
+        self._group = dist.init_process_group(
+            backend,
+            init_method=init_method,
+            rank=info.rank,
+            world_size=info.size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        self._timeout = timedelta(seconds=timeout_s)
+
+    def _alltoallv(
+        self, send: torch.Tensor, recv: torch.Tensor, send_rows: list[int], recv_rows: list[int]
+    ) -> Callable[[], None]:
+        if self.size == 1:
+            recv.copy_(send)
+            return lambda: None
+        work = self._dist.all_to_all_single(
+            recv, send, output_split_sizes=recv_rows, input_split_sizes=send_rows, async_op=True
+        )
+
+        def wait() -> None:
+            work.wait(self._timeout)
+
+        return wait
+
+    def _allreduce(self, tensor: torch.Tensor, op: str) -> None:
+        if self.size == 1:
+            return
+        red = self._dist.ReduceOp.SUM if op == "sum" else self._dist.ReduceOp.MAX
+        self._dist.all_reduce(tensor, op=red, async_op=True).wait(self._timeout)
+
+    def _broadcast(self, tensor: torch.Tensor, root: int) -> None:
+        if self.size == 1:
+            return
+        self._dist.broadcast(tensor, src=root, async_op=True).wait(self._timeout)
+
+    def allgather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order."""
+        out: list[Any] = [None] * self.size
+        self._dist.all_gather_object(out, obj)
+        return out
+
+    def abort(self, code: int = 1) -> None:
+        """Abort the job: through MPI when an MPI launcher started it, else exit this rank."""
+        if self._mpi_comm is not None:
+            self._mpi_comm.Abort(code)
+        import os
+
+        os._exit(code)
+
+    def close(self) -> None:
+        """Destroy the process group."""
+        if self._dist.is_initialized():
+            self._dist.destroy_process_group()
+
+
+def _free_port(host: str) -> int:
+    """A TCP port that was free a moment ago (bind port 0, read it back, release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def create_communicator(transport: str, info: LaunchInfo, timeout_s: float = 300.0) -> Communicator:
+    """Build the communicator for ``transport`` from the launcher's rank and size.
+
+    Args:
+        transport: ``local``, ``mpi``, ``gloo`` or ``nccl``.
+        info: rank and size read by :func:`fullgraph.launch.detect_launch`.
+        timeout_s: seconds any collective may wait.
+
+    Returns:
+        The communicator; ``local`` is only valid for a single rank.
+
+    Raises:
+        ConfigError: unknown transport, ``local`` with several ranks, or ``mpi`` outside an
+            MPI launcher with several ranks.
+    """
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"unknown transport {transport!r} (choose from {', '.join(TRANSPORTS)})")
+    if transport == "local":
+        if info.size != 1:
+            raise ConfigError(
+                f"transport local runs one rank, but the launcher started {info.size}"
+            )
+        return Communicator(0, 1, timeout_s)
+    if transport == "mpi":
+        if info.size > 1 and not info.under_mpi:
+            raise ConfigError(
+                f"transport mpi needs an MPI launcher, but {info.launcher} started us"
+            )
+        comm = MPICommunicator(timeout_s)
+        if (comm.rank, comm.size) != (info.rank, info.size):
+            raise ConfigError(
+                f"MPI sees rank {comm.rank} of {comm.size} but the launcher says "
+                f"{info.rank} of {info.size}"
+            )
+        return comm
+    return TorchCommunicator(transport, info, timeout_s)

@@ -1,0 +1,159 @@
+"""Dropout whose mask is a function of (seed, epoch, layer, global node id, column).
+
+A counter-based generator (splitmix64) replaces the stateful RNG, so that a node's mask is the
+same whichever rank owns it and however many ranks there are: P ranks draw exactly the masks one
+process draws. Each 64-bit hash gives four 16-bit uniforms, so the drop probability is ``p``
+rounded to a multiple of 1/65536 (exact for 0.5, 0.25, ...).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_MUL1 = 0xBF58476D1CE4E5B9
+_MUL2 = 0x94D049BB133111EB
+
+
+def splitmix64_int(x: int) -> int:
+    """splitmix64 finaliser of one Python integer (taken modulo 2**64)."""
+    z = (x + _GOLDEN) & _M64
+    z = ((z ^ (z >> 30)) * _MUL1) & _M64
+    z = ((z ^ (z >> 27)) * _MUL2) & _M64
+    return z ^ (z >> 31)
+
+
+def stream_key(seed: int, epoch: int, layer: int) -> int:
+    """The 64-bit key of one (seed, epoch, layer) stream."""
+    key = splitmix64_int(seed & _M64)
+    key = splitmix64_int(key ^ (epoch & _M64))
+    return splitmix64_int(key ^ (layer & _M64))
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _keep_scale(gids, width, key, threshold, scale, out):  # pragma: no cover - JIT
+    """out[i, j] = scale if lane j of node gids[i] survives else 0 (see dropout_keep_mask)."""
+    words = (width + 3) // 4
+    w64 = np.uint64(words)
+    for i in numba.prange(gids.shape[0]):
+        base = np.uint64(gids[i]) * w64
+        for w in range(words):
+            z = ((base + np.uint64(w)) ^ key) + np.uint64(_GOLDEN)
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(_MUL1)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(_MUL2)
+            z = z ^ (z >> np.uint64(31))
+            for k in range(4):
+                j = 4 * w + k
+                if j < width:
+                    lane = (z >> np.uint64(16 * k)) & np.uint64(0xFFFF)
+                    out[i, j] = scale if lane >= threshold else np.float32(0.0)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _keep_entries(indptr, indices, values, gids, width, key, threshold, scale, out):  # pragma: no cover
+    """out[e] = values[e] * (scale or 0) for the CSR entries: the dense mask at their columns."""
+    w64 = np.uint64((width + 3) // 4)
+    for r in numba.prange(indptr.shape[0] - 1):
+        base = np.uint64(gids[r]) * w64
+        for e in range(indptr[r], indptr[r + 1]):
+            j = indices[e]
+            z = ((base + np.uint64(j // 4)) ^ key) + np.uint64(_GOLDEN)
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(_MUL1)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(_MUL2)
+            z = z ^ (z >> np.uint64(31))
+            lane = (z >> np.uint64(16 * (j % 4))) & np.uint64(0xFFFF)
+            out[e] = values[e] * scale if lane >= threshold else np.float32(0.0)
+
+
+def dropout_csr_values(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    values: np.ndarray,
+    global_ids: np.ndarray,
+    width: int,
+    p: float,
+    seed: int,
+    epoch: int,
+    layer: int,
+) -> np.ndarray:
+    """Values of a sparse feature matrix after :func:`hashed_dropout` (same masks as dense).
+
+    Args:
+        indptr, indices, values: CSR of the features (rows = nodes, columns = features).
+        global_ids: global node id of every row, int64 [n].
+        width: number of feature columns.
+        p: drop probability in ``(0, 1)``.
+        seed, epoch, layer: the stream the mask is drawn from.
+
+    Returns:
+        float32 [nnz]: ``values * mask / (1 - p)`` at the stored entries.
+    """
+    out = np.empty(values.shape[0], dtype=np.float32)
+    key = np.uint64(stream_key(seed, epoch, layer))
+    _keep_entries(
+        np.ascontiguousarray(indptr, dtype=np.int64),
+        np.ascontiguousarray(indices, dtype=np.int64),
+        np.ascontiguousarray(values, dtype=np.float32),
+        np.ascontiguousarray(global_ids, dtype=np.int64),
+        width,
+        key,
+        np.uint64(round(p * 65536)),
+        np.float32(1.0 / (1.0 - p)),
+        out,
+    )
+    return out
+
+
+def dropout_keep_mask(
+    global_ids: np.ndarray, width: int, p: float, seed: int, epoch: int, layer: int
+) -> np.ndarray:
+    """Boolean keep-mask of ``len(global_ids)`` rows of ``width`` columns.
+
+    Entry ``(i, j)`` is lane ``j % 4`` (16 bits) of ``splitmix64((gid_i * ceil(width / 4) +
+    j // 4) ^ stream_key(seed, epoch, layer))``, kept when the lane is ``>= round(p * 65536)``.
+
+    Args:
+        global_ids: global node id of every row, int64 [n].
+        width: number of columns.
+        p: drop probability in ``[0, 1)``.
+        seed, epoch, layer: the stream the mask is drawn from.
+
+    Returns:
+        bool [n, width]; ``True`` keeps the entry.
+    """
+    return _scaled_mask(global_ids, width, p, seed, epoch, layer, 1.0) > 0
+
+
+def _scaled_mask(
+    global_ids: np.ndarray, width: int, p: float, seed: int, epoch: int, layer: int, scale: float
+) -> np.ndarray:
+    gids = np.ascontiguousarray(global_ids, dtype=np.int64)
+    out = np.empty((gids.shape[0], width), dtype=np.float32)
+    key = np.uint64(stream_key(seed, epoch, layer))
+    _keep_scale(gids, width, key, np.uint64(round(p * 65536)), np.float32(scale), out)
+    return out
+
+
+def hashed_dropout(
+    h: torch.Tensor, global_ids: np.ndarray, p: float, seed: int, epoch: int, layer: int
+) -> torch.Tensor:
+    """Inverted dropout of ``h`` with the counter-based mask of :func:`dropout_keep_mask`.
+
+    Args:
+        h: activations, float [n, width] (rows ordered as ``global_ids``).
+        global_ids: global node id of each row, int64 [n].
+        p: drop probability; 0 returns ``h`` unchanged.
+        seed, epoch, layer: the stream the mask is drawn from.
+
+    Returns:
+        ``h * mask / (1 - p)``, differentiable with respect to ``h``.
+    """
+    if p <= 0.0:
+        return h
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"dropout probability {p} outside [0, 1)")
+    mask = _scaled_mask(global_ids, h.shape[1], p, seed, epoch, layer, 1.0 / (1.0 - p))
+    return h * torch.from_numpy(mask).to(device=h.device, dtype=h.dtype)

@@ -1,0 +1,280 @@
+"""Uniform neighbour sampling without replacement into per-layer bipartite blocks.
+
+The sampler works on the CSR of incoming edges (row ``v`` lists the sources of ``u -> v``). For
+a batch of seed nodes and fanouts ``[k1, k2, ..., kL]`` (``k1`` applies to the seeds, as in
+PyG's ``num_neighbors``) it draws, hop by hop, at most ``k`` distinct in-neighbours of every
+destination node (all of them when the in-degree is at most ``k``) and relabels the nodes
+locally:
+
+* ``nodes`` (global ids) starts with the seeds, then the nodes first reached at hop 1, then
+  those first reached at hop 2, and so on, so that the destination nodes of every block are a
+  prefix of its source nodes (destination local id ``i`` is source local id ``i``);
+* the block of hop ``h`` has ``num_dst = n_{h-1}`` rows and ``num_src = n_h`` columns, where
+  ``n_h`` is the number of nodes reached within ``h`` hops;
+* ``blocks`` are returned in layer order: ``blocks[0]`` is the outermost hop and consumes the
+  input features of ``nodes[:blocks[0].num_src]``; ``blocks[-1]`` has the seeds as rows.
+
+Randomness is counter based (a SplitMix64 hash of the key, the destination node and the draw
+index), so a batch is a pure function of ``(seed, epoch, batch, hop)`` and the graph: the same
+on any machine, with any thread count, in any process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from fullgraph.errors import ConfigError
+
+_MASK64 = (1 << 64) - 1
+
+
+def mix_key(*parts: int) -> int:
+    """Fold non-negative integers into one 64-bit key with SplitMix64 (pure Python).
+
+    Args:
+        parts: e.g. ``(seed, epoch, batch, hop)``.
+
+    Returns:
+        An integer in ``[0, 2**64)``.
+    """
+    z = 0x9E3779B97F4A7C15
+    for p in parts:
+        z = (z + (int(p) & _MASK64) + 0x9E3779B97F4A7C15) & _MASK64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        z = z ^ (z >> 31)
+    return z
+
+
+@numba.njit(inline="always")
+def _hash3(key: np.uint64, a: np.uint64, b: np.uint64) -> np.uint64:
+    z = key ^ (a * np.uint64(0x9E3779B97F4A7C15)) ^ (b * np.uint64(0xD1B54A32D192ED03))
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+#: Below this many destination nodes a hop is sampled on one thread: a parallel region costs
+#: more than it saves, and on a busy machine its barrier waits for descheduled threads.
+PARALLEL_MIN_ROWS = 4096
+
+
+def _sample_rows_py(indptr, indices, dst, fanout, key):  # pragma: no cover - compiled
+    """Sampled in-neighbours (global ids) of every node of ``dst``, in CSR form."""
+    n = dst.shape[0]
+    counts = np.empty(n + 1, dtype=np.int64)
+    counts[0] = 0
+    for i in numba.prange(n):
+        v = dst[i]
+        deg = indptr[v + 1] - indptr[v]
+        counts[i + 1] = min(deg, fanout)
+    out_ptr = np.cumsum(counts)
+    picks = np.empty(out_ptr[n], dtype=np.int64)
+    ukey = np.uint64(key)
+    for i in numba.prange(n):
+        v = dst[i]
+        start = indptr[v]
+        deg = indptr[v + 1] - start
+        o = out_ptr[i]
+        if deg <= fanout:
+            for j in range(deg):
+                picks[o + j] = indices[start + j]
+            continue
+        # Floyd's algorithm: a uniform k-subset of range(deg), k = fanout, no replacement.
+        m = 0
+        for j in range(deg - fanout, deg):
+            r = _hash3(ukey, np.uint64(v), np.uint64(j))
+            t = np.int64(((r >> np.uint64(32)) * np.uint64(j + 1)) >> np.uint64(32))
+            for q in range(m):
+                if picks[o + q] == t:
+                    t = j
+                    break
+            picks[o + m] = t
+            m += 1
+        for q in range(fanout):
+            picks[o + q] = indices[start + picks[o + q]]
+    return out_ptr, picks
+
+
+_sample_rows_parallel = numba.njit(parallel=True, cache=True)(_sample_rows_py)
+_sample_rows_serial = numba.njit(parallel=False, cache=True)(_sample_rows_py)
+
+
+@numba.njit(cache=True)
+def _relabel(picks, node_map, nodes, num_nodes):  # pragma: no cover - compiled
+    """Local ids of ``picks``; unseen nodes are appended to ``nodes`` in order of appearance."""
+    local = np.empty(picks.shape[0], dtype=np.int64)
+    n = num_nodes
+    for e in range(picks.shape[0]):
+        g = picks[e]
+        lid = node_map[g]
+        if lid < 0:
+            lid = n
+            node_map[g] = n
+            nodes[n] = g
+            n += 1
+        local[e] = lid
+    return local, n
+
+
+@dataclass
+class Block:
+    """One sampled bipartite layer: rows are destination nodes, columns are source nodes.
+
+    Destination local id ``i`` equals source local id ``i`` (destinations are a prefix).
+
+    Shapes:
+        - ``indptr``: int64 [num_dst + 1]
+        - ``indices``: int64 [num_edges], local source ids in ``[0, num_src)``
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    num_dst: int
+    num_src: int
+
+    @property
+    def num_edges(self) -> int:
+        """Number of sampled edges in this block."""
+        return int(self.indices.shape[0])
+
+
+@dataclass
+class SampledBatch:
+    """The computation graph of one mini-batch.
+
+    Shapes:
+        - ``nodes``: int64 [num_nodes], global ids; ``nodes[:num_seeds]`` are the seeds and
+          ``nodes[:blocks[0].num_src]`` the nodes whose input features the first layer reads.
+    """
+
+    nodes: np.ndarray
+    num_seeds: int
+    blocks: list[Block]
+
+    @property
+    def seeds(self) -> np.ndarray:
+        """Global ids of the seed (output) nodes."""
+        return self.nodes[: self.num_seeds]
+
+    @property
+    def num_sampled_edges(self) -> int:
+        """Total number of sampled edges over all blocks."""
+        return sum(b.num_edges for b in self.blocks)
+
+
+class NeighborSampler:
+    """Samples per-layer bipartite blocks around seed nodes from an incoming-edge CSR.
+
+    Args:
+        indptr: int64 [N + 1] CSR row pointer of incoming edges.
+        indices: int64 [E] source node of every edge.
+        fanouts: neighbours drawn per destination node at hop 1, 2, ... (``fanouts[0]`` applies
+            to the seeds); ``-1`` takes all neighbours.
+        seed: base seed; every batch is a pure function of ``(seed, epoch, batch)``.
+
+    Example:
+        >>> s = NeighborSampler(g.indptr, g.indices, [15, 10, 5], seed=0)  # doctest: +SKIP
+        >>> batch = s.sample(np.array([3, 7]), epoch=0, batch=0)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self, indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[int], seed: int = 0
+    ) -> None:
+        if len(fanouts) == 0:
+            raise ConfigError("fanouts must list at least one hop")
+        bad = [f for f in fanouts if f == 0 or f < -1]
+        if bad:
+            raise ConfigError(f"fanout {bad[0]} is invalid: use a positive count or -1 for all")
+        if indptr.ndim != 1 or indptr.shape[0] < 2 or indptr[-1] != indices.shape[0]:
+            raise ConfigError(
+                f"CSR mismatch: indptr ends at {int(indptr[-1])} but there are "
+                f"{indices.shape[0]} indices"
+            )
+        self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+        self.indices = np.ascontiguousarray(indices, dtype=np.int64)
+        self.num_nodes = int(self.indptr.shape[0] - 1)
+        max_deg = int(np.diff(self.indptr).max())
+        self.fanouts = [max_deg if f == -1 else int(f) for f in fanouts]
+        self.seed = int(seed)
+
+    def sample(self, seeds: np.ndarray, epoch: int = 0, batch: int = 0) -> SampledBatch:
+        """Sample the blocks of ``len(fanouts)`` hops around ``seeds``.
+
+        Args:
+            seeds: int64 [B] distinct global node ids.
+            epoch: epoch number (part of the random key).
+            batch: batch number within the epoch (part of the random key).
+
+        Returns:
+            The :class:`SampledBatch`, blocks in layer order (outermost hop first).
+
+        Raises:
+            ConfigError: a seed is out of range or repeated.
+        """
+        seeds = np.ascontiguousarray(seeds, dtype=np.int64)
+        if seeds.ndim != 1 or seeds.size == 0:
+            raise ConfigError("seeds must be a non-empty 1-D array of node ids")
+        if seeds.min() < 0 or seeds.max() >= self.num_nodes:
+            bad = int(seeds.max() if seeds.max() >= self.num_nodes else seeds.min())
+            raise ConfigError(f"seed node {bad} out of range [0, {self.num_nodes})")
+        node_map = np.full(self.num_nodes, -1, dtype=np.int64)
+        node_map[seeds] = np.arange(seeds.size, dtype=np.int64)
+        if int((node_map >= 0).sum()) != seeds.size:
+            raise ConfigError(f"seeds hold repeated node ids ({seeds.size} given)")
+        # Upper bound of the node count: seeds times the product of (1 + fanout), capped at N.
+        bound = seeds.size
+        for f in self.fanouts:
+            bound = min(bound * (1 + f), self.num_nodes)
+        nodes = np.empty(bound, dtype=np.int64)
+        nodes[: seeds.size] = seeds
+        num = seeds.size
+        hop_blocks: list[Block] = []
+        for hop, fanout in enumerate(self.fanouts, start=1):
+            key = mix_key(self.seed, epoch, batch, hop)
+            dst = nodes[:num]
+            kernel = _sample_rows_parallel if num >= PARALLEL_MIN_ROWS else _sample_rows_serial
+            ptr, picks = kernel(self.indptr, self.indices, dst, fanout, np.uint64(key))
+            local, new_num = _relabel(picks, node_map, nodes, num)
+            hop_blocks.append(Block(ptr, local, num_dst=num, num_src=int(new_num)))
+            num = int(new_num)
+        return SampledBatch(nodes=nodes[:num].copy(), num_seeds=seeds.size, blocks=hop_blocks[::-1])
+
+
+def global_batches(
+    train_nodes: np.ndarray, batch_size: int, seed: int, epoch: int
+) -> list[np.ndarray]:
+    """The global seed batches of one epoch: a ``(seed, epoch)`` permutation cut in pieces.
+
+    Every rank computes the same list, so the batches do not depend on the rank count.
+
+    Args:
+        train_nodes: int64 [T] global ids of the training nodes.
+        batch_size: global batch size (summed over ranks).
+        seed: base seed.
+        epoch: epoch number.
+
+    Returns:
+        ``ceil(T / batch_size)`` int64 arrays; the last one may be shorter.
+
+    Raises:
+        ConfigError: ``batch_size`` is not positive.
+    """
+    if batch_size < 1:
+        raise ConfigError(f"batch size must be positive, got {batch_size}")
+    rng = np.random.default_rng(mix_key(seed, epoch, 0xB47C4))
+    perm = np.asarray(train_nodes, dtype=np.int64)[rng.permutation(len(train_nodes))]
+    return [perm[s : s + batch_size] for s in range(0, perm.shape[0], batch_size)]
+
+
+def rank_share(batch: np.ndarray, rank: int, world_size: int) -> np.ndarray:
+    """Rank ``rank``'s contiguous share of a global batch (``np.array_split`` order).
+
+    The shares of ranks ``0 .. world_size - 1`` concatenate back to ``batch``; a share may be
+    empty when the batch is shorter than ``world_size``.
+    """
+    return np.array_split(batch, world_size)[rank]

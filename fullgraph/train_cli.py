@@ -1,0 +1,259 @@
+"""``fullgraph train``: full-batch training, one process or ``mpirun -n P`` ranks.
+
+With ``--parts DIR`` every rank loads its own part (the rank count must equal the part count);
+with ``--dataset NAME --root DIR`` (or ``--synthetic PRESET``) one process trains on the whole
+graph, the reference every distributed run matches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``train`` subcommand."""
+    p = subparsers.add_parser(
+        "train",
+        help="train GCN / GraphSAGE full-batch (mpirun -n P for P ranks)",
+        description=(
+            "Full-batch GNN training with the exact full-graph gradient. Distributed: "
+            "`mpirun -n P fullgraph train --parts DIR ...` (P = parts). One process: "
+            "`fullgraph train --dataset cora --root DATA ...`."
+        ),
+    )
+    src = p.add_argument_group("data (one of)")
+    src.add_argument("--parts", help="partition directory written by `fullgraph partition`")
+    src.add_argument("--dataset", help="dataset name, trained whole in one process")
+    src.add_argument("--root", help="dataset root directory for --dataset")
+    src.add_argument("--synthetic", metavar="PRESET", help="train on a generated graph (tiny...)")
+    m = p.add_argument_group("model and optimiser")
+    m.add_argument("--model", choices=("gcn", "sage"), default="gcn", help="architecture")
+    m.add_argument("--layers", type=int, default=2, help="number of layers (default 2)")
+    m.add_argument("--hidden", type=int, default=16, help="hidden width (default 16)")
+    m.add_argument("--dropout", type=float, default=0.5, help="dropout before hidden layers")
+    m.add_argument(
+        "--input-dropout", type=float, default=None, help="dropout of the input (default --dropout)"
+    )
+    m.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
+    m.add_argument("--weight-decay", type=float, default=5e-4, help="L2 penalty (default 5e-4)")
+    m.add_argument(
+        "--weight-decay-scope",
+        choices=("first", "all"),
+        default="first",
+        help="apply weight decay to the first layer only (PyG/Kipf GCN, default) or all layers",
+    )
+    m.add_argument("--epochs", type=int, default=200, help="epochs (default 200)")
+    m.add_argument("--seed", type=int, default=0, help="seed of initial weights and dropout")
+    m.add_argument(
+        "--normalize-features",
+        action="store_true",
+        help="row-normalise features as PyG's NormalizeFeatures (standard for Planetoid)",
+    )
+    m.add_argument(
+        "--precompute-first",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="aggregate the input features once (exact; auto = when input dropout is 0)",
+    )
+    r = p.add_argument_group("runtime")
+    r.add_argument(
+        "--transport",
+        choices=("auto", "local", "mpi", "gloo", "nccl"),
+        default="auto",
+        help="halo/all-reduce transport (auto: mpi with several ranks, else local)",
+    )
+    r.add_argument(
+        "--threads", type=int, default=None, help="threads per rank (default cores/ranks)"
+    )
+    r.add_argument("--timeout", type=float, default=300.0, help="seconds any collective may wait")
+    r.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs")
+    r.add_argument("--log-json", help="write one JSON object per epoch (and a final one) here")
+    r.add_argument("--checkpoint", help="checkpoint directory (config.json is saved there too)")
+    r.add_argument("--checkpoint-every", type=int, default=10, help="epochs between checkpoints")
+    r.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    r.add_argument("--no-verify", action="store_true", help="skip part checksum verification")
+    r.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    p.set_defaults(func=run_train)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    from fullgraph.errors import ConfigError
+
+    sources = [s for s in ("parts", "dataset", "synthetic") if getattr(args, s)]
+    if len(sources) != 1:
+        raise ConfigError("give exactly one of --parts, --dataset (with --root), --synthetic")
+    if args.dataset and not args.root:
+        raise ConfigError("--dataset needs --root (the dataset root directory)")
+    if args.resume and not args.checkpoint:
+        raise ConfigError("--resume needs --checkpoint DIR")
+    for name in ("layers", "hidden", "epochs", "eval_every", "checkpoint_every"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        import numba
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    except ImportError:
+        pass
+
+
+def _load_part(args: argparse.Namespace, rank: int):  # noqa: ANN202 - Partition or WholeGraphPart
+    if args.parts:
+        from fullgraph.partition.load import load_partition
+
+        return load_partition(args.parts, rank, verify_checksums=not args.no_verify)
+    from fullgraph.local_graph import whole_graph_part
+
+    if args.synthetic:
+        from fullgraph.datasets.synthetic import generate
+
+        return whole_graph_part(generate(args.synthetic, seed=args.seed))
+    from fullgraph.datasets import load
+
+    return whole_graph_part(load(args.dataset, args.root))
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Handler of ``fullgraph train``; returns the exit status."""
+    # torch's and numba's OpenMP pools would busy-wait against each other (and against other
+    # ranks on the node) between parallel regions; must be set before either library loads.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from fullgraph.comm import create_communicator
+    from fullgraph.errors import ConfigError, FullgraphError
+    from fullgraph.launch import default_threads, detect_launch
+
+    _check_args(args)
+    info = detect_launch()
+    if args.parts:
+        from fullgraph.partition.format import read_meta
+
+        meta, _ = read_meta(args.parts)
+        if int(meta["num_parts"]) != info.size:
+            raise ConfigError(
+                f"{args.parts} has {meta['num_parts']} parts but {info.size} ranks were "
+                f"started; run `mpirun -n {meta['num_parts']}`"
+            )
+    elif info.size > 1:
+        raise ConfigError(f"{info.size} ranks need --parts (the whole graph trains in one process)")
+    threads = args.threads or default_threads(info)
+    _set_threads(threads)
+    transport = args.transport
+    if transport == "auto":
+        transport = "mpi" if info.size > 1 else "local"
+    comm = create_communicator(transport, info, args.timeout)
+    try:
+        return _train(args, comm, info, threads)
+    except Exception as exc:
+        if comm.size == 1:
+            raise
+        if isinstance(exc, FullgraphError):
+            print(f"fullgraph train: error: rank {comm.rank}: {exc}", file=sys.stderr, flush=True)
+        else:
+            print(f"fullgraph train: rank {comm.rank} failed:", file=sys.stderr)
+            traceback.print_exc()
+            sys.stderr.flush()
+        comm.abort(2 if isinstance(exc, FullgraphError) else 1)
+        return 1
+    finally:
+        comm.close()
+
+
+def _truncate_log(path: Path, start_epoch: int) -> None:
+    """Keep the epochs before ``start_epoch`` in a resumed run's JSONL log (atomically)."""
+    import json
+
+    from fullgraph.atomic import atomic_write_bytes
+
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by the interruption
+        if not rec.get("final") and int(rec.get("epoch", start_epoch)) < start_epoch:
+            kept.append(line + "\n")
+    atomic_write_bytes(path, "".join(kept).encode())
+
+
+def _train(args: argparse.Namespace, comm, info, threads: int) -> int:  # noqa: ANN001
+    from fullgraph.atomic import atomic_write_json
+    from fullgraph.trainer import TrainConfig, Trainer
+
+    part = _load_part(args, comm.rank)
+    cfg = TrainConfig(
+        model=args.model,
+        layers=args.layers,
+        hidden=args.hidden,
+        dropout=args.dropout,
+        input_dropout=args.input_dropout,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        weight_decay_scope=args.weight_decay_scope,
+        epochs=args.epochs,
+        seed=args.seed,
+        precompute_first=args.precompute_first,
+        normalize_features=args.normalize_features,
+        eval_every=args.eval_every,
+        checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume,
+        log_json=args.log_json,
+        quiet=args.quiet,
+    )
+    trainer = Trainer(part, comm, cfg)
+    if args.resume:
+        trainer.resume()
+    if comm.rank == 0:
+        resolved = {
+            "config": cfg.to_dict(),
+            "data": args.parts or args.dataset or f"synthetic:{args.synthetic}",
+            "partition_hash": part.partition_hash,
+            "transport": comm.transport,
+            "ranks": comm.size,
+            "threads_per_rank": threads,
+            "launch": info.to_dict(),
+        }
+        for target in (args.checkpoint, args.log_json):
+            if target:
+                path = Path(target) / "config.json" if target == args.checkpoint else None
+                path = path or Path(target).with_name(Path(target).stem + ".config.json")
+                atomic_write_json(path, resolved)
+        if not args.quiet:
+            print(
+                f"fullgraph train: {comm.size} rank(s), transport {comm.transport}, "
+                f"{threads} thread(s)/rank, model {cfg.model} L={cfg.layers} H={cfg.hidden}, "
+                f"epochs {trainer.start_epoch}..{cfg.epochs}",
+                flush=True,
+            )
+    log = None
+    if comm.rank == 0 and args.log_json:
+        Path(args.log_json).parent.mkdir(parents=True, exist_ok=True)
+        if args.resume:
+            _truncate_log(Path(args.log_json), trainer.start_epoch)
+        log = open(args.log_json, "a" if args.resume else "w")  # noqa: SIM115
+    try:
+        final = trainer.fit(log)
+    finally:
+        if log is not None:
+            log.close()
+    if comm.rank == 0:
+        print(
+            f"final: best val {final['best_val_acc']:.4f}, test at best val "
+            f"{final['test_acc']:.4f}, median epoch {final['median_epoch_s'] * 1e3:.1f} ms",
+            flush=True,
+        )
+    return 0

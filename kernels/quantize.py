@@ -1,0 +1,213 @@
+"""Per-row quantization of embeddings for the halo exchange: 8, 4 or 2 bits packed into bytes.
+
+Row ``i`` of ``X`` [N, F] is stored as codes ``q in [0, 2^bits - 1]`` with a float32 minimum and
+scale: ``x ~ row_min[i] + q * row_scale[i]``, ``row_scale = (max - min) / (2^bits - 1)``.
+Rounding is either deterministic (to nearest: error <= scale / 2) or stochastic (``floor(v + u)``
+with ``u`` uniform in [0, 1): unbiased). The uniform numbers come from a counter-based hash of
+``(seed, row, column)``, so the CPU path and the Triton path draw the same ones.
+
+Packing: a row of F codes at b bits takes ``ceil(F * b / 8)`` bytes; code ``j`` sits in byte
+``j // (8 // b)`` at bit ``(j % (8 // b)) * b`` (little end first); padding bits are zero. Bytes
+on the wire per row: the packed bytes plus 8 (float32 min and scale), see
+:meth:`QuantizedRows.to_bytes`, which lays each row's record out contiguously so that row ranges
+can be sliced for an all-to-all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fullgraph.errors import ConfigError, FullgraphError
+from fullgraph.kernels.backend import select_backend
+
+BITS = (8, 4, 2)
+_MASK32 = 0xFFFFFFFF
+PARAM_BYTES = 8  # float32 row_min + float32 row_scale
+
+
+def packed_width(num_cols: int, bits: int) -> int:
+    """Bytes of one packed row: ``ceil(num_cols * bits / 8)``."""
+    return (num_cols * bits + 7) // 8
+
+
+def record_nbytes(num_cols: int, bits: int) -> int:
+    """Bytes one row takes on the wire: packed codes plus float32 min and scale."""
+    return packed_width(num_cols, bits) + PARAM_BYTES
+
+
+@dataclass
+class QuantizedRows:
+    """Quantized rows: packed codes plus per-row float32 minimum and scale.
+
+    Shapes:
+        - ``packed``: uint8 [N, ceil(num_cols * bits / 8)]
+        - ``row_min``, ``row_scale``: float32 [N]
+    """
+
+    packed: torch.Tensor
+    row_min: torch.Tensor
+    row_scale: torch.Tensor
+    bits: int
+    num_cols: int
+
+    @property
+    def num_rows(self) -> int:
+        """Number of rows N."""
+        return int(self.packed.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Exact bytes to send: packed codes + 8 bytes of parameters per row."""
+        return self.num_rows * record_nbytes(self.num_cols, self.bits)
+
+    def to_bytes(self) -> torch.Tensor:
+        """One uint8 buffer [N * record_nbytes]: per row, the packed codes, then min, then scale.
+
+        Rows are contiguous records, so ``buf[a * rec : b * rec]`` holds rows ``a..b-1``.
+        """
+        n = self.num_rows
+        params = torch.stack([self.row_min, self.row_scale], dim=1).contiguous()
+        return torch.cat([self.packed, params.view(torch.uint8).view(n, PARAM_BYTES)], 1).view(-1)
+
+    @classmethod
+    def from_bytes(cls, buf: torch.Tensor, n: int, f: int, bits: int) -> QuantizedRows:
+        """Rebuild from :meth:`to_bytes` output of ``n`` rows, ``f`` columns, ``bits`` bits."""
+        _check_bits(bits)
+        rec = record_nbytes(f, bits)
+        if buf.dtype != torch.uint8 or buf.numel() != n * rec:
+            raise FullgraphError(
+                f"QuantizedRows.from_bytes: buffer of {buf.numel()} {buf.dtype} values, expected "
+                f"{n * rec} uint8 for {n} rows x {f} columns at {bits} bits"
+            )
+        rows = buf.reshape(n, rec)
+        width = rec - PARAM_BYTES
+        params = rows[:, width:].contiguous().view(torch.float32)
+        return cls(
+            rows[:, :width].contiguous(), params[:, 0].clone(), params[:, 1].clone(), bits, f
+        )
+
+
+def _check_bits(bits: int) -> None:
+    if bits not in BITS:
+        raise ConfigError(f"quantize: bits must be one of {BITS}, got {bits}")
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """``(x * c) mod 2^32`` for int64 ``x`` in [0, 2^32) without int64 overflow."""
+    lo = (x & 0xFFFF) * c
+    hi = (((x >> 16) * c) & 0xFFFF) << 16
+    return (lo + hi) & _MASK32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (lowbias32) on int64 tensors holding values in [0, 2^32)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def seed_key(seed: int) -> int:
+    """The 31-bit key both paths hash rows with, derived from ``seed``."""
+    return int(_mix32(torch.tensor(seed & _MASK32, dtype=torch.int64))) & 0x7FFFFFFF
+
+
+def uniform_noise(num_rows: int, num_cols: int, key: int, device: torch.device) -> torch.Tensor:
+    """The uniform [0, 1) numbers of stochastic rounding, float32 [num_rows, num_cols]."""
+    rows = torch.arange(num_rows, device=device, dtype=torch.int64)
+    cols = torch.arange(num_cols, device=device, dtype=torch.int64)
+    k1 = _mix32(rows ^ key)
+    h = _mix32((k1[:, None] + cols[None, :]) & _MASK32)
+    return (h >> 8).to(torch.float32) * (1.0 / (1 << 24))
+
+
+def quantize_torch(X: torch.Tensor, bits: int, stochastic: bool, key: int) -> QuantizedRows:
+    """The plain-torch (CPU) path of :func:`quantize`; see there."""
+    n, f = X.shape
+    levels = (1 << bits) - 1
+    x = X.to(torch.float32)
+    if f == 0:
+        zeros = torch.zeros(n, dtype=torch.float32, device=X.device)
+        return QuantizedRows(
+            torch.zeros((n, 0), dtype=torch.uint8, device=X.device), zeros, zeros.clone(), bits, f
+        )
+    mn = x.amin(dim=1)
+    mx = x.amax(dim=1)
+    scale = (mx - mn) / levels
+    inv = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
+    v = (x - mn[:, None]) * inv[:, None]
+    if stochastic:
+        v = v + uniform_noise(n, f, key, X.device)
+    else:
+        v = v + 0.5
+    codes = torch.floor(v).clamp_(0, levels).to(torch.uint8)
+    per = 8 // bits
+    width = packed_width(f, bits)
+    padded = torch.zeros((n, width * per), dtype=torch.uint8, device=X.device)
+    padded[:, :f] = codes
+    shifts = torch.arange(per, device=X.device, dtype=torch.uint8) * bits
+    packed = (padded.view(n, width, per) << shifts).sum(dim=2, dtype=torch.int32)
+    return QuantizedRows(packed.to(torch.uint8), mn, scale, bits, f)
+
+
+def dequantize_torch(q: QuantizedRows) -> torch.Tensor:
+    """The plain-torch (CPU) path of :func:`dequantize`; see there."""
+    n, f, bits = q.num_rows, q.num_cols, q.bits
+    per = 8 // bits
+    shifts = torch.arange(per, device=q.packed.device, dtype=torch.uint8) * bits
+    codes = (q.packed[:, :, None] >> shifts) & ((1 << bits) - 1)
+    codes = codes.reshape(n, -1)[:, :f].to(torch.float32)
+    return q.row_min[:, None] + codes * q.row_scale[:, None]
+
+
+def quantize(
+    X: torch.Tensor, bits: int, stochastic: bool = True, seed: int | None = None
+) -> QuantizedRows:
+    """Quantize every row of ``X`` to ``bits`` bits with its own minimum and scale.
+
+    Args:
+        X: floating point [N, F] (read as float32), finite values.
+        bits: 8, 4 or 2.
+        stochastic: unbiased stochastic rounding (default) or round to nearest.
+        seed: seed of the stochastic rounding; ``None`` draws one from torch's generator.
+
+    Returns:
+        :class:`QuantizedRows` (float32 ``row_min`` / ``row_scale``).
+
+    Raises:
+        ConfigError: for bits outside 8, 4, 2. FullgraphError: for a non-2-D or integer ``X``.
+    """
+    _check_bits(bits)
+    if X.dim() != 2 or not X.dtype.is_floating_point:
+        raise FullgraphError(f"quantize: X must be a 2-D float tensor, got {X.dtype} {X.shape}")
+    if seed is None:
+        seed = int(torch.randint(0, 2**31 - 1, ()).item()) if stochastic else 0
+    key = seed_key(seed)
+    if select_backend(X.device, "quantize") == "triton":
+        from fullgraph.kernels.quantize_triton import quantize_triton
+
+        return quantize_triton(X, bits, stochastic, key)
+    return quantize_torch(X, bits, stochastic, key)
+
+
+def dequantize(q: QuantizedRows) -> torch.Tensor:
+    """Float32 [N, F] values of quantized rows: ``row_min + code * row_scale``."""
+    if select_backend(q.packed.device, "dequantize") == "triton":
+        from fullgraph.kernels.quantize_triton import dequantize_triton
+
+        return dequantize_triton(q)
+    return dequantize_torch(q)
+
+
+def cast_half(X: torch.Tensor, kind: str) -> torch.Tensor:
+    """Cast ``X`` to ``"fp16"`` (clamped to +-65504 so that large values do not become inf) or
+    ``"bf16"``; ``.float()`` casts back."""
+    if kind == "fp16":
+        finfo = torch.finfo(torch.float16)
+        return X.clamp(finfo.min, finfo.max).to(torch.float16)
+    if kind == "bf16":
+        return X.to(torch.bfloat16)
+    raise ConfigError(f"cast_half: kind must be 'fp16' or 'bf16', got {kind!r}")

@@ -1,0 +1,117 @@
+"""``spmm(A, X) = A @ X``: the aggregation of every GNN layer, autograd-aware with respect to X.
+
+The forward runs on the chosen back-end (:mod:`fullgraph.kernels.backend`); the backward is
+``A^T @ dY`` on the same back-end, using the transpose cached on the :class:`CSRMatrix` (built
+once per graph, never per call, and never an atomic scatter).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fullgraph.errors import FullgraphError
+from fullgraph.kernels.backend import select_backend
+from fullgraph.kernels.csr import CSRMatrix
+
+#: Entries gathered per chunk by the torch reference (bounds its temporary memory).
+_REFERENCE_CHUNK_ELEMENTS = 1 << 24
+
+
+def spmm_reference(A: CSRMatrix, X: torch.Tensor) -> torch.Tensor:
+    """``A @ X`` in plain torch (gather, scale, ``index_add_``), on any device; autograd-aware.
+
+    Works in chunks of non-zeros so that the gathered temporary stays below 64 MB (float32).
+
+    Args:
+        A: CSRMatrix on the device of ``X``.
+        X: [A.num_cols, F] floating point.
+
+    Returns:
+        ``A @ X``, [A.num_rows, F], dtype of ``X`` (accumulated in float32 for 16-bit inputs).
+    """
+    acc_dtype = torch.float32 if X.dtype in (torch.float16, torch.bfloat16) else X.dtype
+    nf = X.shape[1]
+    out = torch.zeros((A.num_rows, nf), dtype=acc_dtype, device=X.device)
+    if A.nnz == 0 or nf == 0:
+        return out.to(X.dtype)
+    rows = A.row_of_entry()
+    cols = A.indices.to(torch.int64)
+    step = max(1, _REFERENCE_CHUNK_ELEMENTS // max(nf, 1))
+    for s in range(0, A.nnz, step):
+        g = X.index_select(0, cols[s : s + step]).to(acc_dtype)
+        if A.values is not None:
+            g = g * A.values[s : s + step, None].to(acc_dtype)
+        out = out.index_add(0, rows[s : s + step], g)
+    return out.to(X.dtype)
+
+
+def spmm_forward(A: CSRMatrix, X: torch.Tensor, backend: str) -> torch.Tensor:
+    """``A @ X`` on ``backend``, without autograd.
+
+    ``backend`` is ``"triton"``, ``"torch"``, ``"cpu"`` (implementation from
+    ``FULLGRAPH_CPU_SPMM`` or the default) or ``"cpu-numba"`` / ``"cpu-embedding_bag"``.
+    """
+    if backend.startswith("cpu"):
+        from fullgraph.kernels.spmm_cpu import spmm_cpu
+
+        return spmm_cpu(A, X, backend.partition("-")[2] or None)
+    if backend == "triton":
+        from fullgraph.kernels.spmm_triton import spmm_triton
+
+        return spmm_triton(A, X)
+    with torch.no_grad():
+        return spmm_reference(A, X)
+
+
+class SpmmFunction(torch.autograd.Function):
+    """Autograd for ``Y = A @ X`` with a constant sparse ``A``: ``dX = A^T @ dY``."""
+
+    @staticmethod
+    def forward(ctx, X: torch.Tensor, A: CSRMatrix, backend: str) -> torch.Tensor:  # noqa: D102
+        ctx.A = A
+        ctx.backend = backend
+        return spmm_forward(A, X, backend)
+
+    @staticmethod
+    def backward(ctx, dY: torch.Tensor):  # noqa: D102
+        dX = spmm_forward(ctx.A.t(), dY, ctx.backend) if ctx.needs_input_grad[0] else None
+        return dX, None, None
+
+
+def spmm(A: CSRMatrix, X: torch.Tensor) -> torch.Tensor:
+    """``Y = A @ X``, differentiable with respect to ``X``.
+
+    Dispatch: Triton on CUDA, the CPU kernel on CPU, the torch reference as fallback;
+    ``FULLGRAPH_KERNEL=triton|cpu|torch`` forces one (see :mod:`fullgraph.kernels.backend`).
+
+    Args:
+        A: the sparse operator (on the device of ``X``).
+        X: float32 (or bfloat16 / float16 / float64) [A.num_cols, F], any strides.
+
+    Returns:
+        Y, [A.num_rows, F], dtype of ``X``.
+
+    Shapes:
+        - A: [N_rows, N_cols] sparse
+        - X: [N_cols, F]
+        - Y: [N_rows, F]
+
+    Raises:
+        FullgraphError: when shapes or devices do not match.
+        ConfigError: when a forced back-end cannot run.
+    """
+    if not isinstance(A, CSRMatrix):
+        raise FullgraphError(f"spmm: A must be a CSRMatrix, got {type(A).__name__}")
+    if X.dim() != 2 or X.shape[0] != A.num_cols:
+        raise FullgraphError(
+            f"spmm: X has shape {tuple(X.shape)}, expected ({A.num_cols}, F) for A of shape "
+            f"{A.shape}"
+        )
+    if not X.dtype.is_floating_point:
+        raise FullgraphError(f"spmm: X must be floating point, got {X.dtype}")
+    if X.device.type != A.device.type:
+        raise FullgraphError(f"spmm: X is on {X.device} but A is on {A.device}; use A.to()")
+    backend = select_backend(X.device, "spmm")
+    if torch.is_grad_enabled() and X.requires_grad:
+        return SpmmFunction.apply(X, A, backend)
+    return spmm_forward(A, X, backend)

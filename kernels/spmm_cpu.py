@@ -1,0 +1,224 @@
+"""CPU sparse-times-dense kernels: our numba kernel and FBGEMM's gather-reduce.
+
+The numba kernel splits the rows into one range per thread holding the same number of
+non-zeros (a hub row is not split: its range is that row), and for every row accumulates
+``sum_e w_e * X[col_e, :]`` into the output row, which stays in L1 across the feature width.
+Features are float32 or float64; bfloat16 features are read as 16-bit words and widened in the
+kernel, so a bf16 ``X`` moves half the bytes (the output is float32 then cast back).
+
+``spmm_embedding_bag`` is the same product through ``F.embedding_bag(mode="sum",
+per_sample_weights=...)`` (FBGEMM's JIT-compiled gather-reduce inside torch, on torch's
+intra-op threads). The benchmark (`bench/kernels.py`) measures both; :data:`DEFAULT_CPU_IMPL`
+names the faster one on our machine (FBGEMM: see docs/kernels.md), and
+``FULLGRAPH_CPU_SPMM=numba|embedding_bag`` chooses at run time.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numba
+import numpy as np
+import torch
+import torch.nn.functional as F
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from fullgraph.errors import ConfigError
+from fullgraph.kernels.csr import CSRMatrix
+
+#: The CPU implementation ``spmm`` uses unless ``FULLGRAPH_CPU_SPMM`` names another: FBGEMM's
+#: gather-reduce measured 1.2-1.8x faster than our numba kernel at F >= 128 (docs/kernels.md).
+DEFAULT_CPU_IMPL = "embedding_bag"
+CPU_IMPLS = ("numba", "embedding_bag")
+CPU_IMPL_ENV = "FULLGRAPH_CPU_SPMM"
+#: How many non-zeros ahead the numba kernel prefetches the gathered row (all its cache lines).
+PREFETCH_DISTANCE = 16
+#: Row ranges per thread, handed out dynamically (a busy core then delays less than 1/threads).
+RANGES_PER_THREAD = 8
+
+
+@intrinsic
+def _prefetch_row(typingctx, arr, row):  # pragma: no cover - compiled by numba
+    """Emit ``llvm.prefetch`` (read, keep in all levels) for every cache line of ``arr[row]``."""
+    sig = types.void(arr, row)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        i64 = ir.IntType(64)
+        idx = args[1]
+        idx = builder.sext(idx, i64) if idx.type.width < 64 else idx
+        stride = builder.extract_value(ary.strides, 0)
+        ptr = builder.gep(builder.bitcast(ary.data, i8p), [builder.mul(idx, stride)])
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        line = ir.Constant(i64, 64)
+        with cgutils.for_range_slice(builder, ir.Constant(i64, 0), stride, line) as (off, _):
+            builder.call(
+                fn,
+                [
+                    builder.gep(ptr, [off]),
+                    ir.Constant(i32, 0),
+                    ir.Constant(i32, 3),
+                    ir.Constant(i32, 1),
+                ],
+            )
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _spmm_rows(indptr, indices, values, has_values, x, out, bounds):  # pragma: no cover - JIT
+    """out[r] = sum_e values[e] * x[indices[e]] for the rows of every range in ``bounds``.
+
+    ``x`` must be C-contiguous (its row stride is the span prefetched).
+    """
+    nf = x.shape[1]
+    last = indices.shape[0] - PREFETCH_DISTANCE
+    for c in numba.prange(bounds.shape[0] - 1):
+        for r in range(bounds[c], bounds[c + 1]):
+            acc = out[r]
+            for f in range(nf):
+                acc[f] = 0.0
+            for e in range(indptr[r], indptr[r + 1]):
+                if e < last:
+                    _prefetch_row(x, indices[e + PREFETCH_DISTANCE])
+                xr = x[indices[e]]
+                w = values[e] if has_values else 1.0
+                for f in range(nf):
+                    acc[f] += w * xr[f]
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _spmm_rows_bf16(indptr, indices, values, has_values, x16, out, bounds):  # pragma: no cover
+    """Like ``_spmm_rows`` with ``x16`` holding bfloat16 bit patterns (uint16)."""
+    nf = x16.shape[1]
+    last = indices.shape[0] - PREFETCH_DISTANCE
+    for c in numba.prange(bounds.shape[0] - 1):
+        wide = np.empty(nf, np.uint32)
+        xf = wide.view(np.float32)
+        for r in range(bounds[c], bounds[c + 1]):
+            acc = out[r]
+            for f in range(nf):
+                acc[f] = 0.0
+            for e in range(indptr[r], indptr[r + 1]):
+                if e < last:
+                    _prefetch_row(x16, indices[e + PREFETCH_DISTANCE])
+                xr = x16[indices[e]]
+                for f in range(nf):
+                    wide[f] = np.uint32(xr[f]) << np.uint32(16)
+                w = values[e] if has_values else np.float32(1.0)
+                for f in range(nf):
+                    acc[f] += w * xf[f]
+
+
+def thread_count() -> int:
+    """Threads the numba kernel uses: torch's setting, capped by numba's pool size."""
+    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+
+
+def balanced_row_ranges(indptr: np.ndarray, parts: int) -> np.ndarray:
+    """Split rows into ``parts`` consecutive ranges with about equal non-zeros.
+
+    Args:
+        indptr: int64 [num_rows + 1].
+        parts: number of ranges.
+
+    Returns:
+        int64 [parts + 1] row boundaries (first 0, last num_rows).
+    """
+    nnz = int(indptr[-1])
+    num_rows = indptr.shape[0] - 1
+    # Weight rows by nnz + 1 so that runs of empty rows are spread too.
+    targets = np.linspace(0, nnz + num_rows, parts + 1)
+    work = indptr + np.arange(num_rows + 1, dtype=np.int64)
+    bounds = np.searchsorted(work, targets).astype(np.int64)
+    bounds[0], bounds[-1] = 0, num_rows
+    return np.maximum.accumulate(bounds)
+
+
+def spmm_numba(A: CSRMatrix, X: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``A @ X`` with the numba kernel (no autograd).
+
+    Args:
+        A: CSRMatrix on the CPU.
+        X: float32, float64 or bfloat16 [A.num_cols, F] on the CPU (any strides).
+        out: optional preallocated contiguous output [A.num_rows, F] (float32 for bf16 ``X``,
+            else ``X.dtype``).
+
+    Returns:
+        ``A @ X``, [A.num_rows, F], dtype of ``X``.
+    """
+    threads = thread_count()
+    numba.set_num_threads(threads)
+    nf = X.shape[1]
+    bf16 = X.dtype == torch.bfloat16
+    acc_dtype = torch.float32 if X.dtype in (torch.bfloat16, torch.float16) else X.dtype
+    if out is None:
+        out = torch.empty((A.num_rows, nf), dtype=acc_dtype)
+    if A.num_rows == 0 or nf == 0:
+        return out.to(X.dtype)
+    indptr = A.indptr.numpy()
+    indices = A.indices.numpy()
+    has_values = A.values is not None
+    values = A.values.numpy() if has_values else np.empty(0, np.float32)
+    bounds = balanced_row_ranges(indptr, threads * RANGES_PER_THREAD if threads > 1 else 1)
+    Xc = X.contiguous()
+    previous_chunk = numba.set_parallel_chunksize(1)
+    try:
+        if bf16:
+            x16 = Xc.view(torch.int16).numpy().view(np.uint16)
+            _spmm_rows_bf16(indptr, indices, values, has_values, x16, out.numpy(), bounds)
+            return out.to(torch.bfloat16)
+        if X.dtype == torch.float16:
+            Xc = Xc.to(torch.float32)
+        _spmm_rows(indptr, indices, values, has_values, Xc.numpy(), out.numpy(), bounds)
+    finally:
+        numba.set_parallel_chunksize(previous_chunk)
+    return out if out.dtype == X.dtype else out.to(X.dtype)
+
+
+def spmm_embedding_bag(A: CSRMatrix, X: torch.Tensor) -> torch.Tensor:
+    """``A @ X`` through FBGEMM's gather-reduce, ``F.embedding_bag(mode="sum")`` (no autograd).
+
+    Args:
+        A: CSRMatrix on the CPU.
+        X: float32 or bfloat16 [A.num_cols, F] (copied to contiguous when strided).
+
+    Returns:
+        ``A @ X``, [A.num_rows, F], dtype of ``X``.
+    """
+    if A.nnz == 0 or X.shape[1] == 0:
+        return torch.zeros((A.num_rows, X.shape[1]), dtype=X.dtype, device=X.device)
+    indptr = A.indptr if A.indices.dtype == torch.int64 else A.indptr.to(torch.int32)
+    weights = A.values
+    if weights is not None and weights.dtype != X.dtype:
+        weights = weights.to(X.dtype)
+    return F.embedding_bag(
+        A.indices,
+        X.contiguous(),
+        indptr,
+        mode="sum",
+        per_sample_weights=weights,
+        include_last_offset=True,
+    )
+
+
+def cpu_impl(impl: str | None = None) -> str:
+    """The CPU implementation to use: ``impl``, else ``$FULLGRAPH_CPU_SPMM``, else the default."""
+    name = impl or os.environ.get(CPU_IMPL_ENV, "").strip().lower() or DEFAULT_CPU_IMPL
+    if name not in CPU_IMPLS:
+        raise ConfigError(f"{CPU_IMPL_ENV}={name!r} is not one of {', '.join(CPU_IMPLS)}")
+    return name
+
+
+def spmm_cpu(A: CSRMatrix, X: torch.Tensor, impl: str | None = None) -> torch.Tensor:
+    """``A @ X`` on the CPU with implementation ``impl`` (see :func:`cpu_impl`), no autograd."""
+    if cpu_impl(impl) == "numba":
+        return spmm_numba(A, X)
+    return spmm_embedding_bag(A, X)

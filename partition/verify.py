@@ -1,0 +1,158 @@
+"""Checking a partition directory against its invariants and, optionally, the source graph."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from tqdm import tqdm
+
+from fullgraph.datasets.graph import Graph
+from fullgraph.errors import PartitionError
+from fullgraph.partition.format import read_meta
+from fullgraph.partition.load import Partition, load_partition
+
+
+def _fail(part: Partition, msg: str) -> PartitionError:
+    return PartitionError(f"part-{part.rank}: {msg}")
+
+
+def _check_structure(p: Partition, num_nodes: int) -> None:
+    """Index ranges, offsets and shapes of one part."""
+    ni, nl, P = p.num_inner, p.num_local, p.num_parts
+    if p.indptr.shape != (ni + 1,) or p.indptr[0] != 0 or np.any(np.diff(p.indptr) < 0):
+        raise _fail(p, "indptr is not a CSR row pointer over the inner nodes")
+    if p.indptr[-1] != p.indices.shape[0]:
+        raise _fail(p, f"indptr ends at {int(p.indptr[-1])} but indices has {p.num_edges} entries")
+    if p.indices.size and (p.indices.min() < 0 or p.indices.max() >= nl):
+        raise _fail(p, f"a column index lies outside [0, {nl})")
+    if p.global_ids.size and (p.global_ids.min() < 0 or p.global_ids.max() >= num_nodes):
+        raise _fail(p, f"a global id lies outside [0, {num_nodes})")
+    if np.unique(p.global_ids).size != nl:
+        raise _fail(p, "global_ids holds a node twice")
+    for name in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        if getattr(p, name).shape[0] != ni:
+            raise _fail(p, f"{name} has {getattr(p, name).shape[0]} rows, expected {ni}")
+    for name, total in (("recv_offsets", p.num_halo), ("send_offsets", p.send_index.shape[0])):
+        off = getattr(p, name)
+        if off.shape != (P + 1,) or off[0] != 0 or off[-1] != total or np.any(np.diff(off) < 0):
+            raise _fail(p, f"{name} is not a list of P+1 offsets ending at {total}")
+    if p.recv_offsets[p.rank + 1] != p.recv_offsets[p.rank] or p.send_to(p.rank).size:
+        raise _fail(p, "exchanges rows with itself")
+    if p.send_index.size and (p.send_index.min() < 0 or p.send_index.max() >= ni):
+        raise _fail(p, "send_index names a node that is not inner")
+    if not np.array_equal(p.in_degree[:ni], np.diff(p.indptr)):
+        v = int(p.global_ids[np.flatnonzero(p.in_degree[:ni] != np.diff(p.indptr))[0]])
+        raise _fail(p, f"node {v} stores a different number of incoming edges than its in-degree")
+    halo_used = np.bincount(p.indices[p.indices >= ni] - ni, minlength=p.num_halo)
+    if np.any(halo_used == 0):
+        v = int(p.global_ids[ni + np.flatnonzero(halo_used == 0)[0]])
+        raise _fail(p, f"halo node {v} is the source of no stored edge")
+
+
+def _check_against_graph(p: Partition, graph: Graph) -> None:
+    """Edges, degrees, features, labels and masks of one part against the source graph."""
+    n, ni = graph.num_nodes, p.num_inner
+    inner = np.asarray(p.global_ids[:ni])
+    if not np.array_equal(p.in_degree, graph.in_degree()[p.global_ids]):
+        raise _fail(p, "in_degree differs from the source graph's in-degrees")
+    counts = np.diff(p.indptr)
+    rows = np.repeat(np.arange(ni, dtype=np.int64), counts)
+    starts = np.repeat(graph.indptr[inner] - p.indptr[:-1], counts)
+    expected = rows * n + graph.indices[starts + np.arange(rows.size, dtype=np.int64)]
+    stored = rows * n + p.global_ids[p.indices]
+    expected.sort()
+    stored.sort()
+    if not np.array_equal(expected, stored):
+        row = int(expected[np.flatnonzero(expected != stored)[0]] // n)
+        raise _fail(p, f"incoming edges of node {int(inner[row])} differ from the source graph")
+    x = np.zeros((n, 0), np.float32) if graph.x is None else graph.x
+    for name, src in (
+        ("x", x),
+        ("y", graph.y),
+        ("train_mask", graph.train_mask),
+        ("val_mask", graph.val_mask),
+        ("test_mask", graph.test_mask),
+    ):
+        if not np.array_equal(getattr(p, name), src[inner]):
+            bad = np.flatnonzero(np.any((getattr(p, name) != src[inner]).reshape(ni, -1), axis=1))
+            raise _fail(p, f"{name} of node {int(inner[bad[0]])} differs from the source graph")
+
+
+def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) -> dict:
+    """Check every invariant of the partition directory ``path``.
+
+    Checks: checksums and sizes of all files; every node owned by exactly one part; CSR and
+    offsets well formed; halo nodes grouped by their true owner and each used by an edge; every
+    inner node stores exactly its in-degree of incoming edges and the edge counts add up; send
+    lists of ``r`` to ``q`` equal ``q``'s halo rows from ``r``. With ``graph``: sizes, every
+    incoming edge (as a multiset per node), in-degrees, features, labels and masks equal the
+    source.
+
+    Args:
+        path: the partition directory.
+        graph: the source graph, or ``None`` to check internal consistency only.
+
+    Returns:
+        A summary dict (``num_parts``, ``num_nodes``, ``num_edges``, ``total_halo_rows``,
+        ``files_checked``, ``against_graph``).
+
+    Raises:
+        PartitionError: the first problem found, naming the part and the node.
+    """
+    meta, _ = read_meta(path)
+    n, P = int(meta["num_nodes"]), int(meta["num_parts"])
+    if graph is not None:
+        for key, value in (
+            ("num_nodes", graph.num_nodes),
+            ("num_edges", graph.num_edges),
+            ("num_features", graph.num_features),
+            ("num_classes", graph.num_classes),
+        ):
+            if meta[key] != value:
+                raise PartitionError(f"meta.json has {key} {meta[key]}, the graph has {value}")
+    parts = [load_partition(path, r) for r in tqdm(range(P), desc="verify", disable=None)]
+    owner = np.full(n, -1, dtype=np.int64)
+    for p in parts:
+        _check_structure(p, n)
+        inner = p.global_ids[: p.num_inner]
+        if np.any(owner[inner] >= 0):
+            v = int(inner[np.flatnonzero(owner[inner] >= 0)[0]])
+            raise PartitionError(f"node {v} is owned by part {owner[v]} and part {p.rank}")
+        owner[inner] = p.rank
+    if np.any(owner < 0):
+        raise PartitionError(f"node {int(np.flatnonzero(owner < 0)[0])} is owned by no part")
+    total_edges = sum(p.num_edges for p in parts)
+    if total_edges != meta["num_edges"]:
+        raise PartitionError(
+            f"parts store {total_edges} edges, meta.json records {meta['num_edges']}"
+        )
+    if sum(int(p.train_mask.sum()) for p in parts) != meta["num_train_global"]:
+        raise PartitionError("training nodes of the parts do not add up to num_train_global")
+    global_degree = np.zeros(n, dtype=np.int64)
+    for p in parts:
+        global_degree[p.global_ids[: p.num_inner]] = p.in_degree[: p.num_inner]
+    for p in parts:
+        halo = p.global_ids[p.num_inner :]
+        group = np.repeat(np.arange(P), np.diff(p.recv_offsets))
+        if not np.array_equal(owner[halo], group):
+            raise _fail(p, "halo rows are not grouped by their owner rank")
+        if not np.array_equal(p.in_degree[p.num_inner :], global_degree[halo]):
+            raise _fail(p, "in_degree of a halo node differs from its owner's")
+        for q in parts:
+            sent = parts[q.rank].global_ids[q.send_to(p.rank)]
+            if not np.array_equal(sent, halo[p.recv_offsets[q.rank] : p.recv_offsets[q.rank + 1]]):
+                raise PartitionError(
+                    f"part-{q.rank} sends part-{p.rank} other rows than part-{p.rank} expects"
+                )
+        if graph is not None:
+            _check_against_graph(p, graph)
+    return {
+        "path": str(path),
+        "num_parts": P,
+        "num_nodes": n,
+        "num_edges": total_edges,
+        "total_halo_rows": sum(p.num_halo for p in parts),
+        "files_checked": len(meta["files"]),
+        "against_graph": graph is not None,
+    }

@@ -1,0 +1,140 @@
+"""Mini-batch training across processes: P=2 gradients equal P=1, the CLI, and Cora accuracy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fullgraph.datasets.synthetic import generate_to
+
+MPIRUN = Path(sys.executable).parent / "mpirun"
+DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+needs_mpirun = pytest.mark.skipif(not MPIRUN.exists(), reason=f"{MPIRUN} not installed")
+
+GRADIENT_SCRIPT = """
+import sys
+import numpy as np
+import torch
+from fullgraph.comm import create_communicator
+from fullgraph.datasets.registry import load
+from fullgraph.launch import detect_launch
+from fullgraph.minibatch import MinibatchConfig, MinibatchTrainer
+from fullgraph.sampler import global_batches
+
+root, out, transport = sys.argv[1:4]
+torch.set_num_threads(1)
+graph = load("synth-tiny", root)
+comm = create_communicator(transport, detect_launch(), timeout_s=60)
+cfg = MinibatchConfig(fanouts=[5, 3], batch_size=256, hidden=16, dropout=0.5, seed=3)
+trainer = MinibatchTrainer(graph, comm, cfg)
+batch = global_batches(trainer.train_nodes, cfg.batch_size, cfg.seed, 1)[0]
+loss, _ = trainer.gradient(1, 0, batch)
+flat = torch.cat([p.grad.reshape(-1) for p in trainer.model.parameters()])
+if comm.rank == 0:
+    np.save(out, np.append(flat.numpy().astype(np.float64), loss))
+comm.close()
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("minibatch-data")
+    generate_to("tiny", root, "synth-tiny", seed=1)
+    return root
+
+
+def run(cmd: list[str], timeout: float = 150) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "fullgraph.cli", "minibatch", *args]
+
+
+@pytest.fixture(scope="module")
+def gradient_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    script = tmp_path_factory.mktemp("minibatch-script") / "grad.py"
+    script.write_text(GRADIENT_SCRIPT)
+    return script
+
+
+@pytest.fixture(scope="module")
+def one_rank_gradient(tiny_root, gradient_script) -> np.ndarray:
+    out = gradient_script.parent / "p1.npy"
+    r = run([sys.executable, str(gradient_script), str(tiny_root), str(out), "local"])
+    assert r.returncode == 0, r.stderr
+    return np.load(out)
+
+
+@needs_mpirun
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("transport", ["mpi", "gloo"])
+def test_two_ranks_give_the_first_step_gradient_of_one(
+    tiny_root, gradient_script, one_rank_gradient, tmp_path, transport
+) -> None:
+    two = tmp_path / "p2.npy"
+    cmd = [str(MPIRUN), "-n", "2", sys.executable, str(gradient_script), str(tiny_root)]
+    r = run([*cmd, str(two), transport])
+    assert r.returncode == 0, r.stderr
+    g1, g2 = one_rank_gradient, np.load(two)
+    assert np.abs(g1[:-1]).max() > 0
+    np.testing.assert_allclose(g2, g1, rtol=1e-5, atol=1e-7)
+
+
+@needs_mpirun
+@pytest.mark.timeout(240)
+def test_cli_two_ranks_writes_the_train_fields(tiny_root, tmp_path) -> None:
+    log = tmp_path / "log.jsonl"
+    args = ["--dataset", "synth-tiny", "--root", str(tiny_root), "--fanouts", "5,5"]
+    args += ["--batch-size", "256", "--hidden", "32", "--epochs", "2", "--lr", "0.01"]
+    r = run([str(MPIRUN), "-n", "2", *cli(*args, "--log-json", str(log), "--threads", "1")])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("epoch ") >= 2 and "final | best val" in r.stdout
+    lines = [json.loads(s) for s in log.read_text().splitlines()]
+    assert [rec["epoch"] for rec in lines[:-1]] == [1, 2]
+    for rec in lines[:-1]:
+        for key in ("loss", "train_acc", "val_acc", "test_acc", "epoch_s", "compute_s"):
+            assert isinstance(rec[key], float), key
+        assert rec["comm_bytes"] > 0 and rec["peak_rss_mb"] > 0 and rec["sampled_edges"] > 0
+    final = lines[-1]
+    assert final["final"] and final["ranks"] == 2 and final["transport"] == "mpi"
+    assert final["test_acc"] > 0.3 and final["median_epoch_s"] > 0
+    resolved = json.loads((tmp_path / "log.config.json").read_text())
+    assert resolved["config"]["fanouts"] == [5, 5] and resolved["ranks"] == 2
+
+
+@pytest.mark.timeout(120)
+def test_cli_rejects_bad_input_with_one_line(tiny_root) -> None:
+    r = run(cli("--dataset", "synth-tiny", "--root", str(tiny_root), "--fanouts", "5,x"))
+    assert r.returncode == 2
+    assert (
+        r.stderr.strip()
+        == "fullgraph minibatch: error: --fanouts must be comma-separated integers, got '5,x'"
+    )
+    r = run(cli("--dataset", "synth-tiny", "--root", str(tiny_root), "--fanouts", "5,0"))
+    assert r.returncode == 2 and "positive counts" in r.stderr
+    r = run(cli("--dataset", "nope", "--root", str(tiny_root)))
+    assert r.returncode == 2 and "unknown dataset 'nope'" in r.stderr
+
+
+@pytest.mark.timeout(240)
+def test_cora_reaches_78_percent(tmp_path) -> None:
+    raw = DATASETS / "cora" / "raw"
+    if not (raw / "ind.cora.x").exists():
+        pytest.skip(f"Cora raw files not found at {raw}")
+    (tmp_path / "cora").mkdir()
+    (tmp_path / "cora" / "raw").symlink_to(raw)
+    log = tmp_path / "cora.jsonl"
+    args = ["--dataset", "cora", "--root", str(tmp_path), "--fanouts", "10,10"]
+    args += ["--batch-size", "32", "--hidden", "64", "--lr", "0.01", "--weight-decay", "5e-4"]
+    r = run(cli(*args, "--epochs", "8", "--dropout", "0.5", "--log-json", str(log), "--quiet"))
+    assert r.returncode == 0, r.stderr
+    final = json.loads(log.read_text().splitlines()[-1])
+    assert final["test_acc"] >= 0.78, final

@@ -1,0 +1,157 @@
+"""Quantization: error bounds, exact byte sizes, packing, unbiasedness, CPU/Triton parity."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fullgraph.errors import ConfigError, FullgraphError
+from fullgraph.kernels import (
+    QuantizedRows,
+    cast_half,
+    dequantize,
+    packed_width,
+    quantize,
+    record_nbytes,
+)
+
+WIDTHS = [1, 3, 17, 33, 130]
+
+
+@pytest.fixture(params=["cpu", "triton"])
+def backend(request, monkeypatch) -> str:
+    monkeypatch.setenv("FULLGRAPH_KERNEL", request.param)
+    if request.param == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    return request.param
+
+
+def sample(rows: int, width: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(rows, width, generator=gen) * torch.rand(rows, 1, generator=gen) * 10
+    X[1] = 2.5  # a constant row: scale 0, exact
+    return X
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_deterministic_round_trip_error_at_most_half_a_step(backend, bits, width):
+    X = sample(6, width)
+    q = quantize(X, bits, stochastic=False)
+    assert q.packed.dtype == torch.uint8 and q.packed.shape == (6, math.ceil(width * bits / 8))
+    assert q.row_min.dtype == torch.float32 and q.row_scale.dtype == torch.float32
+    Y = dequantize(q)
+    assert Y.shape == X.shape and Y.dtype == torch.float32
+    bound = q.row_scale[:, None] / 2 * (1 + 1e-5) + 1e-6
+    assert bool(((Y - X).abs() <= bound).all())
+    torch.testing.assert_close(Y[1], X[1], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+def test_stochastic_round_trip_error_below_one_step(backend, bits):
+    X = sample(5, 37, seed=1)
+    q = quantize(X, bits, stochastic=True, seed=11)
+    Y = dequantize(q)
+    assert bool(((Y - X).abs() <= q.row_scale[:, None] * (1 + 1e-5) + 1e-6).all())
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+@pytest.mark.parametrize("stochastic", [False, True])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_cpu_and_triton_paths_give_identical_bytes(monkeypatch, bits, stochastic, width):
+    X = sample(7, width, seed=width)
+    out = {}
+    for name in ("cpu", "triton"):
+        monkeypatch.setenv("FULLGRAPH_KERNEL", name)
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        q = quantize(X, bits, stochastic=stochastic, seed=1234)
+        out[name] = (q.to_bytes(), dequantize(q))
+    assert torch.equal(out["cpu"][0], out["triton"][0])
+    assert torch.equal(out["cpu"][1], out["triton"][1])
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_exact_byte_sizes_and_buffer_round_trip(bits, width):
+    X = sample(9, width)
+    q = quantize(X, bits, seed=3)
+    per_row = math.ceil(width * bits / 8) + 8
+    assert packed_width(width, bits) == per_row - 8 and record_nbytes(width, bits) == per_row
+    assert q.nbytes == 9 * per_row
+    buf = q.to_bytes()
+    assert buf.dtype == torch.uint8 and buf.shape == (q.nbytes,)
+    back = QuantizedRows.from_bytes(buf, 9, width, bits)
+    assert torch.equal(back.packed, q.packed) and torch.equal(back.row_min, q.row_min)
+    assert torch.equal(back.row_scale, q.row_scale)
+    # Row records are contiguous: a slice of the buffer is a slice of the rows.
+    part = QuantizedRows.from_bytes(buf[2 * per_row : 5 * per_row], 3, width, bits)
+    torch.testing.assert_close(dequantize(part), dequantize(q)[2:5], atol=0, rtol=0)
+    with pytest.raises(FullgraphError, match="expected"):
+        QuantizedRows.from_bytes(buf[:-1], 9, width, bits)
+
+
+def test_packing_layout_of_odd_widths(backend):
+    # Codes 0,1,2,3,0 at 2 bits (row min 0, max 3): byte 0 = 0 | 1<<2 | 2<<4 | 3<<6 = 228,
+    # byte 1 holds the fifth code (0) and zero padding.
+    X = torch.tensor([[0.0, 1.0, 2.0, 3.0, 0.0], [3.0, 3.0, 0.0, 3.0, 3.0]])
+    q = quantize(X, 2, stochastic=False)
+    assert q.packed.tolist() == [[228, 0], [3 | 3 << 2 | 0 << 4 | 3 << 6, 3]]
+    q4 = quantize(torch.tensor([[0.0, 15.0, 7.0]]), 4, stochastic=False)
+    assert q4.packed.tolist() == [[0 | 15 << 4, 7]]
+    torch.testing.assert_close(dequantize(q4), torch.tensor([[0.0, 15.0, 7.0]]))
+
+
+def mean_over_seeds(X: torch.Tensor, bits: int, stochastic: bool, draws: int) -> torch.Tensor:
+    return torch.stack(
+        [dequantize(quantize(X, bits, stochastic=stochastic, seed=s)) for s in range(draws)]
+    ).mean(0)
+
+
+def test_stochastic_rounding_is_unbiased():
+    """Mean of many stochastic round trips within 5 standard errors of X, for every element.
+
+    Each element's round trip is ``lo + scale * Bernoulli(p)``: standard deviation at most
+    ``scale / 2``; over D draws the mean's standard error is at most ``scale / (2 sqrt(D))``.
+    Deterministic rounding fails the same check (second half), so the check has teeth.
+    """
+    gen = torch.Generator().manual_seed(0)
+    X = torch.rand(4, 250, generator=gen) * 3
+    X[:, 0], X[:, 1] = 0.0, 3.0  # pin each row's min and max
+    draws, bits = 400, 2
+    scale = 3.0 / 3
+    limit = 5 * scale / (2 * math.sqrt(draws))
+    err = (mean_over_seeds(X, bits, True, draws) - X).abs()
+    assert float(err.max()) <= limit, f"max |bias| {float(err.max()):.4f} > {limit:.4f}"
+    det = (mean_over_seeds(X, bits, False, 1) - X).abs()
+    assert float(det.max()) > limit
+
+
+def test_seed_none_draws_from_torch_generator():
+    X = sample(3, 40)
+    torch.manual_seed(5)
+    a = quantize(X, 4).packed
+    torch.manual_seed(5)
+    b = quantize(X, 4).packed
+    assert torch.equal(a, b)
+    assert not torch.equal(quantize(X, 4, seed=1).packed, quantize(X, 4, seed=2).packed)
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ConfigError, match="bits"):
+        quantize(torch.ones(2, 3), 3)
+    with pytest.raises(FullgraphError, match="2-D float"):
+        quantize(torch.ones(3, dtype=torch.float32), 8)
+    with pytest.raises(ConfigError, match="kind"):
+        cast_half(torch.ones(2), "fp8")
+
+
+def test_cast_half():
+    X = torch.tensor([1.0, -70000.0, 1e5, 0.1])
+    h = cast_half(X, "fp16")
+    assert h.dtype == torch.float16 and bool(torch.isfinite(h).all())
+    assert float(h[2]) == 65504.0
+    b = cast_half(X, "bf16")
+    assert b.dtype == torch.bfloat16
+    torch.testing.assert_close(b.float(), X, rtol=1e-2, atol=0)
