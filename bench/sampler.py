@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import CSVWriter, command_line, median  # noqa: E402
 
-from fullgraph.datasets.registry import load  # noqa: E402
+from fullgraph.datasets import load  # noqa: E402
 from fullgraph.sampler import NeighborSampler, global_batches  # noqa: E402
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -271,23 +270,3 @@ def generate(preset: str = "tiny", seed: int = 0, **overrides: float) -> Graph:
         meta=meta,
     )
     return graph.validate()
-
-
-def generate_to(
-    preset: str, root: str | Path, name: str, seed: int = 0, force: bool = False, **overrides: float
-) -> Path:
-    """Generate a graph and write it in OGB layout under ``root`` (see :func:`write_ogb`).
-
-    Args:
-        preset: preset name.
-        root: dataset root directory.
-        name: dataset name; the directory is ``<root>/<name with - as _>``.
-        seed: random seed.
-        force: replace an existing dataset directory.
-        **overrides: fields of :class:`SynthConfig`.
-
-    Returns:
-        The dataset directory.
-    """
-    graph = generate(preset, seed, **overrides)
-    return write_ogb(graph, root, name, force=force)

@@ -8,6 +8,8 @@ rounded to a multiple of 1/65536 (exact for 0.5, 0.25, ...).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
 import torch
@@ -53,7 +55,9 @@ def _keep_scale(gids, width, key, threshold, scale, out):  # pragma: no cover - 
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _keep_entries(indptr, indices, values, gids, width, key, threshold, scale, out):  # pragma: no cover
+def _keep_entries(
+    indptr, indices, values, gids, width, key, threshold, scale, out
+):  # pragma: no cover - JIT
     """out[e] = values[e] * (scale or 0) for the CSR entries: the dense mask at their columns."""
     w64 = np.uint64((width + 3) // 4)
     for r in numba.prange(indptr.shape[0] - 1):
@@ -137,6 +141,61 @@ def _scaled_mask(
     return out
 
 
+def _signed(c: int) -> int:
+    return c - (1 << 64) if c >= (1 << 63) else c
+
+
+def _srl(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns."""
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def keep_scale_torch(
+    global_ids: torch.Tensor, width: int, p: float, key: int, scale: float
+) -> torch.Tensor:
+    """The mask of :func:`dropout_keep_mask` times ``scale``, in torch int64 ops on any device.
+
+    int64 arithmetic wraps like uint64 (two's complement), so the bits equal the numba
+    kernel's; used for tensors that do not live on the CPU.
+
+    Returns:
+        float32 [len(global_ids), width] on the device of ``global_ids``.
+    """
+    words = (width + 3) // 4
+    dev = global_ids.device
+    w = torch.arange(words, device=dev, dtype=torch.int64)
+    z = (global_ids.to(torch.int64)[:, None] * words + w[None, :]) ^ _signed(key)
+    z = z + _signed(_GOLDEN)
+    z = (z ^ _srl(z, 30)) * _signed(_MUL1)
+    z = (z ^ _srl(z, 27)) * _signed(_MUL2)
+    z = z ^ _srl(z, 31)
+    lanes = torch.stack([(z >> (16 * k)) & 0xFFFF for k in range(4)], dim=-1)
+    lanes = lanes.reshape(len(global_ids), words * 4)[:, :width]
+    keep = lanes >= round(p * 65536)
+    return keep.to(torch.float32) * scale
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _relu_keep(x, gids, key, threshold, scale, out):  # pragma: no cover - JIT
+    """out[i, j] = max(x[i, j], 0) * (scale if kept else 0), masks as _keep_scale."""
+    width = x.shape[1]
+    words = (width + 3) // 4
+    w64 = np.uint64(words)
+    for i in numba.prange(x.shape[0]):
+        base = np.uint64(gids[i]) * w64
+        for w in range(words):
+            z = ((base + np.uint64(w)) ^ key) + np.uint64(_GOLDEN)
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(_MUL1)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(_MUL2)
+            z = z ^ (z >> np.uint64(31))
+            for k in range(4):
+                j = 4 * w + k
+                if j < width:
+                    lane = (z >> np.uint64(16 * k)) & np.uint64(0xFFFF)
+                    v = x[i, j]
+                    out[i, j] = v * scale if (lane >= threshold and v > 0) else np.float32(0.0)
+
+
 def hashed_dropout(
     h: torch.Tensor, global_ids: np.ndarray, p: float, seed: int, epoch: int, layer: int
 ) -> torch.Tensor:
@@ -155,5 +214,49 @@ def hashed_dropout(
         return h
     if not 0.0 < p < 1.0:
         raise ValueError(f"dropout probability {p} outside [0, 1)")
+    if h.device.type != "cpu":
+        gids = torch.as_tensor(np.asarray(global_ids, dtype=np.int64), device=h.device)
+        key = stream_key(seed, epoch, layer)
+        return h * keep_scale_torch(gids, h.shape[1], p, key, 1.0 / (1.0 - p)).to(h.dtype)
     mask = _scaled_mask(global_ids, h.shape[1], p, seed, epoch, layer, 1.0 / (1.0 - p))
-    return h * torch.from_numpy(mask).to(device=h.device, dtype=h.dtype)
+    return h * torch.from_numpy(mask).to(dtype=h.dtype)
+
+
+class ReluDropout(torch.autograd.Function):
+    """``hashed_dropout(relu(x))`` in one pass; the backward needs only the output.
+
+    ``d out / d x`` is ``scale`` where the output is positive and 0 elsewhere, so no mask is
+    kept: the output is saved anyway by the next layer's product, so this costs no memory.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        global_ids: np.ndarray,
+        p: float,
+        seed: int,
+        epoch: int,
+        layer: int,
+    ) -> torch.Tensor:
+        """``relu(x) * mask / (1 - p)`` with the mask of :func:`dropout_keep_mask`."""
+        scale = 1.0 / (1.0 - p)
+        key = stream_key(seed, epoch, layer)
+        if x.device.type == "cpu" and x.dtype == torch.float32:
+            xc = x.detach().contiguous()
+            out = torch.empty_like(xc)
+            gids = np.ascontiguousarray(global_ids, dtype=np.int64)
+            threshold = np.uint64(round(p * 65536))
+            _relu_keep(xc.numpy(), gids, np.uint64(key), threshold, np.float32(scale), out.numpy())
+        else:
+            gids = torch.as_tensor(np.asarray(global_ids, dtype=np.int64), device=x.device)
+            out = torch.relu(x) * keep_scale_torch(gids, x.shape[1], p, key, scale).to(x.dtype)
+        ctx.scale = scale
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+        """``grad * scale`` where the output is positive, else 0."""
+        (out,) = ctx.saved_tensors
+        return grad * (out > 0) * ctx.scale, None, None, None, None, None

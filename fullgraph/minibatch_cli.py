@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fullgraph.atomic import atomic_write_json
     from fullgraph.comm import create_communicator
-    from fullgraph.datasets.registry import load, require_features
+    from fullgraph.datasets import load, require_features
     from fullgraph.launch import default_threads, detect_launch
     from fullgraph.minibatch import MinibatchConfig, MinibatchTrainer
 

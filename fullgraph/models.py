@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fullgraph.dropout import dropout_csr_values, hashed_dropout
+from fullgraph.dropout import ReluDropout, dropout_csr_values, hashed_dropout
 from fullgraph.errors import ConfigError
 from fullgraph.halo import HaloAggregate, HaloPlan, SplitOperator
 from fullgraph.kernels import CSRMatrix, spmm
@@ -159,11 +159,14 @@ class GNN(nn.Module):
                 )
             if i == 0 and precomputed is None and ctx.sparse_x is not None:
                 h = _sparse_input(ctx, p if training else 0.0, epoch, x.shape[1])
-            elif training and p > 0:
+            elif i == 0 and training and p > 0:
                 h = hashed_dropout(h, ctx.global_ids, p, ctx.seed, epoch, i)
             h = self._layer(i, h, ctx, precomputed)
             if i < self.num_layers - 1:
-                h = F.relu(h)
+                if training and self.dropout > 0:  # the next layer's dropout, fused
+                    h = ReluDropout.apply(h, ctx.global_ids, self.dropout, ctx.seed, epoch, i + 1)
+                else:
+                    h = F.relu(h)
         return h
 
 

@@ -63,19 +63,10 @@ def _hash3(key: np.uint64, a: np.uint64, b: np.uint64) -> np.uint64:
 PARALLEL_MIN_ROWS = 4096
 
 
-def _sample_rows_py(indptr, indices, dst, fanout, key):  # pragma: no cover - compiled
-    """Sampled in-neighbours (global ids) of every node of ``dst``, in CSR form."""
-    n = dst.shape[0]
-    counts = np.empty(n + 1, dtype=np.int64)
-    counts[0] = 0
-    for i in numba.prange(n):
-        v = dst[i]
-        deg = indptr[v + 1] - indptr[v]
-        counts[i + 1] = min(deg, fanout)
-    out_ptr = np.cumsum(counts)
-    picks = np.empty(out_ptr[n], dtype=np.int64)
-    ukey = np.uint64(key)
-    for i in numba.prange(n):
+@numba.njit(cache=True, nogil=True)
+def _fill_rows(indptr, indices, dst, fanout, key, out_ptr, picks, lo, hi):  # pragma: no cover
+    """Write the sampled in-neighbours of ``dst[lo:hi]`` into ``picks`` (CSR by ``out_ptr``)."""
+    for i in range(lo, hi):
         v = dst[i]
         start = indptr[v]
         deg = indptr[v + 1] - start
@@ -87,7 +78,7 @@ def _sample_rows_py(indptr, indices, dst, fanout, key):  # pragma: no cover - co
         # Floyd's algorithm: a uniform k-subset of range(deg), k = fanout, no replacement.
         m = 0
         for j in range(deg - fanout, deg):
-            r = _hash3(ukey, np.uint64(v), np.uint64(j))
+            r = _hash3(key, np.uint64(v), np.uint64(j))
             t = np.int64(((r >> np.uint64(32)) * np.uint64(j + 1)) >> np.uint64(32))
             for q in range(m):
                 if picks[o + q] == t:
@@ -97,11 +88,43 @@ def _sample_rows_py(indptr, indices, dst, fanout, key):  # pragma: no cover - co
             m += 1
         for q in range(fanout):
             picks[o + q] = indices[start + picks[o + q]]
+
+
+@numba.njit(parallel=True, cache=True)
+def _fill_rows_parallel(
+    indptr, indices, dst, fanout, key, out_ptr, picks, chunks
+):  # pragma: no cover
+    """:func:`_fill_rows` over ``chunks`` equal row ranges in parallel."""
+    n = dst.shape[0]
+    for c in numba.prange(chunks):
+        _fill_rows(
+            indptr,
+            indices,
+            dst,
+            fanout,
+            key,
+            out_ptr,
+            picks,
+            c * n // chunks,
+            (c + 1) * n // chunks,
+        )
+
+
+def _sample_rows(
+    indptr: np.ndarray, indices: np.ndarray, dst: np.ndarray, fanout: int, key: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sampled in-neighbours (global ids) of every node of ``dst``, as ``(indptr, picks)``."""
+    deg = indptr[dst + 1] - indptr[dst]
+    out_ptr = np.zeros(dst.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.minimum(deg, fanout), out=out_ptr[1:])
+    picks = np.empty(int(out_ptr[-1]), dtype=np.int64)
+    ukey = np.uint64(key)
+    if dst.shape[0] >= PARALLEL_MIN_ROWS and numba.get_num_threads() > 1:
+        chunks = 8 * numba.get_num_threads()
+        _fill_rows_parallel(indptr, indices, dst, fanout, ukey, out_ptr, picks, chunks)
+    else:
+        _fill_rows(indptr, indices, dst, fanout, ukey, out_ptr, picks, 0, dst.shape[0])
     return out_ptr, picks
-
-
-_sample_rows_parallel = numba.njit(parallel=True, cache=True)(_sample_rows_py)
-_sample_rows_serial = numba.njit(parallel=False, cache=True)(_sample_rows_py)
 
 
 @numba.njit(cache=True)
@@ -237,8 +260,7 @@ class NeighborSampler:
         for hop, fanout in enumerate(self.fanouts, start=1):
             key = mix_key(self.seed, epoch, batch, hop)
             dst = nodes[:num]
-            kernel = _sample_rows_parallel if num >= PARALLEL_MIN_ROWS else _sample_rows_serial
-            ptr, picks = kernel(self.indptr, self.indices, dst, fanout, np.uint64(key))
+            ptr, picks = _sample_rows(self.indptr, self.indices, dst, fanout, key)
             local, new_num = _relabel(picks, node_map, nodes, num)
             hop_blocks.append(Block(ptr, local, num_dst=num, num_src=int(new_num)))
             num = int(new_num)

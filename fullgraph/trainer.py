@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from fullgraph.checkpoint import load_checkpoint, save_checkpoint
 from fullgraph.comm import Communicator
 from fullgraph.errors import ConfigError
-from fullgraph.halo import HaloPlan
+from fullgraph.halo import HaloPlan, SplitOperator
 from fullgraph.local_graph import build_operator, part_tensors
 from fullgraph.models import (
     GNN,
@@ -57,6 +57,7 @@ class TrainConfig:
     resume: bool = False
     log_json: str | None = None
     quiet: bool = False
+    device: str = "cpu"  # cpu | cuda (nccl needs cuda; mpi needs cpu)
     extra: dict = field(default_factory=dict)
 
     def resolved_input_dropout(self) -> float:
@@ -101,12 +102,19 @@ class Trainer:
                 f"--weight-decay-scope must be first or all, not {config.weight_decay_scope!r}"
             )
         self.part, self.comm, self.config = part, comm, config
+        self.device = torch.device(config.device)
+        if comm.transport == "mpi" and self.device.type != "cpu":
+            raise ConfigError("transport mpi exchanges host buffers: use --device cpu (or nccl)")
         self.data = part_tensors(part)
         if config.normalize_features:
             self.data["x"] = self._normalize_rows(self.data["x"])
+        self.data = {k: v.to(self.device) for k, v in self.data.items()}
         self.num_train_global = int(part.num_train_global)
+        op = build_operator(part, config.model)
         self.ctx = GraphContext(
-            op=build_operator(part, config.model),
+            op=SplitOperator(
+                op.inner.to(self.device), None if op.halo is None else op.halo.to(self.device)
+            ),
             plan=HaloPlan.from_partition(part, comm),
             global_ids=np.asarray(part.global_ids[: part.num_inner], dtype=np.int64),
             seed=config.seed,
@@ -122,7 +130,8 @@ class Trainer:
         stats = torch.tensor([float((x != 0).sum()), float(x.numel())], dtype=torch.float64)
         nnz, total = self.comm.allreduce_(stats, "sum", tag="setup").tolist()
         dims = self.model.dims
-        if self.ctx.first_aggregate is None and dims[1] <= dims[0] and nnz < 0.1 * total:
+        sparse_ok = self.device.type == "cpu" and self.ctx.first_aggregate is None
+        if sparse_ok and dims[1] <= dims[0] and nnz < 0.1 * total:
             self.ctx.sparse_x = sparse_features(x)
         first = list(self.model.lin[0].parameters())
         if config.model == "sage":
@@ -153,6 +162,7 @@ class Trainer:
             cfg.dropout,
             input_dropout,
         )
+        model = model.to(self.device)
         flat = parameter_vector(model)
         load_parameter_vector(model, self.comm.broadcast_(flat, root=0))
         return model
@@ -211,7 +221,7 @@ class Trainer:
 
     def gather_logits(self, logits: torch.Tensor) -> np.ndarray | None:
         """All ranks' logits in global node order (rank 0 gets them, others ``None``)."""
-        pieces = self.comm.allgather_object((self.ctx.global_ids, logits.numpy()))
+        pieces = self.comm.allgather_object((self.ctx.global_ids, logits.cpu().numpy()))
         if self.comm.rank != 0:
             return None
         n = sum(len(g) for g, _ in pieces)

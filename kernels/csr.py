@@ -9,6 +9,8 @@ built on first use by :meth:`CSRMatrix.t` and kept on the object.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -157,9 +159,15 @@ class CSRMatrix:
         data = self.values
         if data is None:
             data = torch.ones(self.nnz, dtype=torch.float32, device=self.device)
-        return torch.sparse_csr_tensor(
-            self.indptr, self.indices.to(torch.int64), data, size=self.shape
-        )
+        with warnings.catch_warnings():  # torch's "sparse CSR support is in beta" notice
+            warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support.*")
+            return torch.sparse_csr_tensor(
+                self.indptr,
+                self.indices.to(torch.int64),
+                data,
+                size=self.shape,
+                check_invariants=False,
+            )
 
     def t(self) -> CSRMatrix:
         """The transpose as a CSRMatrix (built once, then cached on both matrices).

@@ -89,7 +89,7 @@ def _spmm_rows(indptr, indices, values, has_values, x, out, bounds):  # pragma: 
                 if e < last:
                     _prefetch_row(x, indices[e + PREFETCH_DISTANCE])
                 xr = x[indices[e]]
-                w = values[e] if has_values else 1.0
+                w = values[e] if has_values else np.float32(1.0)
                 for f in range(nf):
                     acc[f] += w * xr[f]
 

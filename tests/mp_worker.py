@@ -59,6 +59,27 @@ def run_variants(part: Any, comm: Any) -> dict[str, np.ndarray]:
     return out
 
 
+def check_halo_exchange(part: Any, comm: Any) -> bool:
+    """HaloExchange alone: halo rows arrive from their owners; gradients return and are summed.
+
+    Row ``i`` holds ``(gid, 2 gid + 1)``; the halo must hold those of its global ids, and the
+    gradient of ``sum(halo)`` on an inner row is the number of peers it is sent to.
+    """
+    from fullgraph.halo import HaloExchange, HaloPlan
+
+    plan = HaloPlan.from_partition(part, comm)
+    gids = torch.from_numpy(np.array(part.global_ids, dtype=np.int64)).double()
+    h = torch.stack([gids[: part.num_inner], 2 * gids[: part.num_inner] + 1], dim=1)
+    h.requires_grad_(True)
+    halo = HaloExchange.apply(h, plan)
+    want = torch.stack([gids[part.num_inner :], 2 * gids[part.num_inner :] + 1], dim=1)
+    halo.sum().backward()
+    sent = torch.zeros(part.num_inner, dtype=torch.float64)
+    sent.index_add_(0, plan.send_index, torch.ones(len(plan.send_index), dtype=torch.float64))
+    ok = torch.equal(halo.detach(), want) and torch.equal(h.grad, sent[:, None].expand(-1, 2))
+    return all(comm.allgather_object(bool(ok)))
+
+
 def accuracy_run(part: Any, comm: Any, seeds: list[int]) -> list[float]:
     """Test accuracy at the best validation epoch of the Planetoid GCN recipe, per seed."""
     from fullgraph.trainer import TrainConfig, Trainer
@@ -105,6 +126,7 @@ def main(argv: list[str]) -> int:
             part = load_partition(parts, comm.rank)
             if mode == "exact":
                 got = run_variants(part, comm)
+                got["halo_exchange_ok"] = np.asarray(check_halo_exchange(part, comm))
                 result.update({f"{transport}/{k}": v for k, v in got.items()})
             elif mode == "accuracy":
                 seeds = [int(s) for s in argv[4].split(",")]

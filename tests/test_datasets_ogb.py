@@ -166,8 +166,17 @@ def test_unknown_name_lists_known(tmp_path: Path) -> None:
 
 def test_cli_error_is_one_line_exit_2(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "fullgraph.cli", "data", "info", "--dataset", "nope",
-         "--root", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "fullgraph.cli",
+            "data",
+            "info",
+            "--dataset",
+            "nope",
+            "--root",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -180,8 +189,17 @@ def test_cli_error_is_one_line_exit_2(tmp_path: Path) -> None:
 def test_cli_info_prints_sizes(tmp_path: Path) -> None:
     write_ogb_dir(tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "fullgraph.cli", "data", "info", "--dataset", "ogbn-toy",
-         "--root", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "fullgraph.cli",
+            "data",
+            "info",
+            "--dataset",
+            "ogbn-toy",
+            "--root",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

@@ -165,3 +165,10 @@ def test_cpu_kernel_follows_torch_thread_count(monkeypatch):
         assert numba.get_num_threads() == min(max(before, 2), numba.config.NUMBA_NUM_THREADS)
     finally:
         torch.set_num_threads(before)
+
+
+def test_to_torch_sparse_matches_without_warnings(recwarn):
+    M = random_csr(8, 11, seed=7)
+    A = CSRMatrix(M.indptr, M.indices.astype(np.int32), M.data, num_cols=11)
+    np.testing.assert_allclose(A.to_torch_sparse().to_dense().numpy(), M.toarray())
+    assert not [w for w in recwarn if "sparse" in str(w.message).lower()]

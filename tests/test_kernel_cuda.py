@@ -9,9 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_kernel_spmm import TOLERANCES, dense_reference, make_case
 
 from fullgraph.kernels import CSRMatrix, dequantize, quantize, spmm
+
+try:  # tests/ on sys.path (pytest's default "prepend" import mode)
+    from test_kernel_spmm import TOLERANCES, dense_reference, make_case
+except ImportError:  # tests/ as a package
+    from tests.test_kernel_spmm import TOLERANCES, dense_reference, make_case
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

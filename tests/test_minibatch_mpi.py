@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fullgraph.datasets.synthetic import generate_to
+from fullgraph.datasets.ogb_writer import write_ogb
+from fullgraph.datasets.synthetic import generate
 
 MPIRUN = Path(sys.executable).parent / "mpirun"
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
@@ -23,7 +24,7 @@ import sys
 import numpy as np
 import torch
 from fullgraph.comm import create_communicator
-from fullgraph.datasets.registry import load
+from fullgraph.datasets import load
 from fullgraph.launch import detect_launch
 from fullgraph.minibatch import MinibatchConfig, MinibatchTrainer
 from fullgraph.sampler import global_batches
@@ -46,7 +47,7 @@ comm.close()
 @pytest.fixture(scope="module")
 def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("minibatch-data")
-    generate_to("tiny", root, "synth-tiny", seed=1)
+    write_ogb(generate("tiny", seed=1), root, "synth-tiny")
     return root
 
 

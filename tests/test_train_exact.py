@@ -39,6 +39,8 @@ def test_distributed_matches_one_process(
     parts = str(small_partitions[ranks])
     run_mpi(ranks, [str(WORKER), "exact", parts, transports, str(out)], 200)
     result = np.load(out)
+    for transport in transports.split(","):
+        assert bool(result[f"{transport}/halo_exchange_ok"]), f"HaloExchange on {transport}"
     for transport, (name, _, _) in itertools.product(transports.split(","), VARIANTS):
         got = {k.split("/", 1)[1]: result[k] for k in result.files if k.startswith(transport)}
         np.testing.assert_allclose(

@@ -1,0 +1,286 @@
+"""Benchmark of the full-batch trainer on an arxiv-like synthetic graph (3-layer GCN, hidden 256).
+
+Measures in one run, each configuration in its own process (``mpirun`` for ours):
+
+(a) our one-process epoch against PyG (``GCNConv(cached=True)`` on a CSR adjacency), same graph,
+    model (dropout 0.5 between layers, none on the input) and threads;
+(b) P = 2 ranks with one thread each against P = 1 with one thread;
+(c) the ``mpi`` transport's halo exchange time against ``gloo`` for the same bytes;
+(d) measured halo bytes per training step against the formula
+    ``4 B x total halo rows x sum over exchanges of their width`` (forward: every layer not
+    precomputed, width min(in, out) as the layer transforms first when out <= in; backward: every
+    layer after the first);
+(e) peak memory per rank at P = 4 against the one-process peak;
+(f) the share of epoch time in communication, and what the overlap hides (same run with
+    ``overlap=False``).
+
+Usage: ``python bench/train.py [--epochs 5] [--out bench/results]``. Writes
+``OUT/train.csv`` (long format, bench/common.py) and ``OUT/train.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- workers (run in their own processes) -------------------------------------------------------
+def _setup_threads(threads: int) -> None:
+    import numba
+    import torch
+
+    torch.set_num_threads(threads)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+
+
+def worker_ours(a: argparse.Namespace) -> None:
+    """Time our train step (and the bare exchange) on this rank; rank 0 prints JSON."""
+    import torch
+
+    from fullgraph.comm import create_communicator
+    from fullgraph.launch import detect_launch
+    from fullgraph.resources import current_rss_mb, peak_rss_mb
+    from fullgraph.trainer import TrainConfig, Trainer
+
+    _setup_threads(a.threads)
+    comm = create_communicator(a.transport, detect_launch(), timeout_s=600)
+    base_rss = current_rss_mb()
+    if a.parts:
+        from fullgraph.partition import load_partition
+
+        part = load_partition(a.parts, comm.rank)
+    else:
+        from fullgraph.datasets.registry import load
+        from fullgraph.local_graph import whole_graph_part
+
+        part = whole_graph_part(load(a.dataset, a.root))
+    cfg = TrainConfig(
+        model="gcn",
+        layers=3,
+        hidden=256,
+        dropout=0.5,
+        input_dropout=0.0,
+        precompute_first=a.precompute,
+        quiet=True,
+    )
+    tr = Trainer(part, comm, cfg)
+    tr.ctx.plan.overlap = not a.no_overlap
+    steps = []
+    for epoch in range(1, a.warmup + a.epochs + 1):
+        halo0 = comm.bytes_sent["halo"]
+        step = tr.train_step(epoch)
+        if epoch > a.warmup:
+            steps.append(
+                [step.seconds, step.comm_s, step.reduce_s, comm.bytes_sent["halo"] - halo0]
+            )
+    h = torch.randn(part.num_inner, 256)
+    ex = []
+    for i in range(13):
+        comm.barrier()
+        t0 = time.perf_counter()
+        tr.ctx.plan.start_forward(h).wait()
+        if i >= 3:
+            ex.append(time.perf_counter() - t0)
+    local = torch.tensor(
+        [
+            statistics.median(s[0] for s in steps),
+            statistics.median(s[1] for s in steps),
+            statistics.median(s[2] for s in steps),
+            statistics.median(ex),
+            peak_rss_mb(),
+            base_rss,
+        ],
+        dtype=torch.float64,
+    )
+    maxes = comm.allreduce_(local, "max", tag="bench").tolist()
+    sums = comm.allreduce_(
+        torch.tensor([steps[-1][3], part.num_halo], dtype=torch.float64), "sum", tag="bench"
+    ).tolist()
+    if comm.rank == 0:
+        keys = ["step_s", "comm_s", "reduce_s", "exchange_s", "peak_rss_mb", "base_rss_mb"]
+        res = dict(zip(keys, maxes, strict=True))
+        res.update(
+            halo_bytes=sums[0],
+            halo_rows=sums[1],
+            ranks=comm.size,
+            dims=tr.model.dims,
+            precomputed=tr.ctx.first_aggregate is not None,
+        )
+        print("RESULT " + json.dumps(res), flush=True)
+    comm.close()
+
+
+def worker_pyg(a: argparse.Namespace) -> None:
+    """Time PyG's GCN (cached normalisation, CSR adjacency) on the same graph; print JSON."""
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.nn import GCNConv
+
+    from fullgraph.datasets.registry import load
+    from fullgraph.resources import current_rss_mb, peak_rss_mb
+
+    _setup_threads(a.threads)
+    base_rss = current_rss_mb()
+    g = load(a.dataset, a.root)
+    n = g.num_nodes
+    adj_t = torch.sparse_csr_tensor(
+        torch.from_numpy(g.indptr),
+        torch.from_numpy(g.indices),
+        torch.ones(g.num_edges),
+        size=(n, n),
+    )
+    x, y = torch.from_numpy(g.x), torch.from_numpy(g.y)
+    train = torch.from_numpy(g.train_mask)
+    torch.manual_seed(0)
+    dims = [g.num_features, 256, 256, g.num_classes]
+    pairs = zip(dims[:-1], dims[1:], strict=True)
+    convs = torch.nn.ModuleList(GCNConv(i, o, cached=True) for i, o in pairs)
+    opt = torch.optim.Adam(convs.parameters(), lr=0.01)
+    times = []
+    for epoch in range(a.warmup + a.epochs):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        h = x
+        for i, conv in enumerate(convs):
+            h = conv(h, adj_t)
+            if i < len(convs) - 1:
+                h = F.dropout(F.relu(h), 0.5, training=True)
+        F.cross_entropy(h[train], y[train]).backward()
+        opt.step()
+        if epoch >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    res = {
+        "step_s": statistics.median(times),
+        "peak_rss_mb": peak_rss_mb(),
+        "base_rss_mb": base_rss,
+        "ranks": 1,
+    }
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+# -- orchestration ---------------------------------------------------------------------------
+def _run(cmd: list[str], env: dict | None = None) -> dict:
+    print("  $ " + " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        sys.exit(f"benchmark step failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    res = json.loads(lines[-1][7:])
+    print(f"    {time.perf_counter() - t0:.0f} s: {res}", flush=True)
+    return res
+
+
+def _ensure_data(a: argparse.Namespace) -> dict[int, Path]:
+    from fullgraph.datasets.registry import load
+    from fullgraph.partition import partition_graph
+
+    if not (Path(a.root) / a.dataset.replace("-", "_")).is_dir():
+        from fullgraph.datasets.synthetic import generate_to
+
+        generate_to(a.preset, a.root, a.dataset, seed=0)
+    graph = None
+    parts = {}
+    for p in (2, 4):
+        parts[p] = Path(a.out) / "parts" / f"{a.dataset}-{p}"
+        if not (parts[p] / "meta.json").is_file():
+            graph = graph or load(a.dataset, a.root)
+            partition_graph(graph, p, parts[p], method="metis", seed=0, force=True)
+    return parts
+
+
+def predicted_halo_bytes(dims: list[int], halo_rows: float, precomputed: bool) -> float:
+    """Formula (d): bytes of the halo exchanges of one training step (forward + backward)."""
+    widths = 0
+    for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+        w = d_out if d_out <= d_in else d_in
+        if not (i == 0 and precomputed):
+            widths += w  # forward
+        if i > 0:
+            widths += w  # backward: the layer's input needs a gradient
+    return 4.0 * halo_rows * widths
+
+
+def main() -> None:
+    """Run every configuration, print the figures against their targets, write CSV and PNG."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--worker", choices=("ours", "pyg"))
+    ap.add_argument("--root", default="/tmp/fg-data", help="dataset root")
+    ap.add_argument("--dataset", default="arxiv-synth", help="dataset name under --root")
+    ap.add_argument("--preset", default="arxiv", help="synthetic preset when the data is missing")
+    ap.add_argument("--parts", help="(worker) partition directory")
+    ap.add_argument("--transport", default="local")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--precompute", default="auto")
+    ap.add_argument("--no-overlap", action="store_true")
+    ap.add_argument("--epochs", type=int, default=5, help="timed epochs per configuration")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    a = ap.parse_args()
+    if a.worker == "ours":
+        return worker_ours(a)
+    if a.worker == "pyg":
+        return worker_pyg(a)
+    from train_report import report  # sibling module (bench/ is on sys.path)
+
+    parts = _ensure_data(a)
+    py = [sys.executable, str(Path(__file__).resolve())]
+    mpirun = str(Path(sys.executable).parent / "mpirun")
+    common = [
+        "--root",
+        a.root,
+        "--dataset",
+        a.dataset,
+        "--epochs",
+        str(a.epochs),
+        "--warmup",
+        str(a.warmup),
+    ]
+    # The environment `fullgraph train` sets, given to PyG's worker too (same allocator).
+    env = {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "THP_MEM_ALLOC_ENABLE": "1"}
+    runs: dict[str, dict] = {}
+    print("(a) one process, ours vs PyG, 1 thread", flush=True)
+    runs["pyg"] = _run([*py, "--worker", "pyg", *common], env)
+    runs["p1"] = _run([*py, "--worker", "ours", *common], env)
+    runs["p1_noprecompute"] = _run([*py, "--worker", "ours", "--precompute", "off", *common], env)
+    print("(b, c, f) 2 ranks, 1 thread each: mpi, gloo, mpi without overlap", flush=True)
+    for name, extra in (
+        ("p2_mpi", ["--transport", "mpi"]),
+        ("p2_gloo", ["--transport", "gloo"]),
+        ("p2_mpi_nooverlap", ["--transport", "mpi", "--no-overlap"]),
+    ):
+        runs[name] = _run(
+            [mpirun, "-n", "2", *py, "--worker", "ours", "--parts", str(parts[2]), *extra, *common],
+            env,
+        )
+    print("(e) 4 ranks", flush=True)
+    runs["p4_mpi"] = _run(
+        [
+            mpirun,
+            "-n",
+            "4",
+            *py,
+            "--worker",
+            "ours",
+            "--parts",
+            str(parts[4]),
+            "--transport",
+            "mpi",
+            *common,
+        ],
+        env,
+    )
+    report(runs, a, predicted_halo_bytes)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()
