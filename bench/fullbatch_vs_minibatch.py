@@ -40,14 +40,14 @@ SHARED = REPO.parent / "shared" / "datasets"
 SETTINGS = {
     "arxiv-synth": {
         "batch_size": 1024,
-        "fb_epochs": 30,
+        "fb_epochs": 80,
         "mb_epochs": 2,
         "fb_lr": 0.01,
         "mb_lr": 0.003,
     },
     "coauthor-physics": {
         "batch_size": 32,
-        "fb_epochs": 20,
+        "fb_epochs": 12,
         "mb_epochs": 8,
         "fb_lr": 0.005,
         "mb_lr": 0.005,
@@ -55,9 +55,9 @@ SETTINGS = {
     "amazon-computers": {
         "batch_size": 64,
         "fb_epochs": 80,
-        "mb_epochs": 30,
+        "mb_epochs": 60,
         "fb_lr": 0.005,
-        "mb_lr": 0.005,
+        "mb_lr": 0.002,
     },
 }
 

@@ -9,10 +9,9 @@ seed, then a broadcast from rank 0) and therefore stay identical.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,42 +32,10 @@ from fullgraph.models import (
     sparse_features,
 )
 from fullgraph.resources import peak_rss_mb
+from fullgraph.train_config import TrainConfig
+from fullgraph.train_log import injected_failure_epoch, write_epoch
 
-
-@dataclass
-class TrainConfig:
-    """Everything that defines a training run (saved beside it as ``config.json``)."""
-
-    model: str = "gcn"
-    layers: int = 2
-    hidden: int = 16
-    dropout: float = 0.5
-    input_dropout: float | None = None  # None: same as dropout
-    lr: float = 0.01
-    weight_decay: float = 5e-4
-    weight_decay_scope: str = "first"  # "first" layer only (PyG/Kipf GCN) or "all"
-    epochs: int = 200
-    seed: int = 0
-    precompute_first: str = "auto"  # auto | on | off
-    normalize_features: bool = False  # PyG NormalizeFeatures: x - global min, rows sum to 1
-    eval_every: int = 1
-    checkpoint: str | None = None
-    checkpoint_every: int = 10
-    resume: bool = False
-    log_json: str | None = None
-    quiet: bool = False
-    device: str = "cpu"  # cpu | cuda (nccl needs cuda; mpi needs cpu)
-    extra: dict = field(default_factory=dict)
-
-    def resolved_input_dropout(self) -> float:
-        """Input dropout, defaulting to :attr:`dropout`."""
-        return self.dropout if self.input_dropout is None else self.input_dropout
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict with ``input_dropout`` resolved."""
-        d = asdict(self)
-        d["input_dropout"] = self.resolved_input_dropout()
-        return d
+__all__ = ["StepResult", "TrainConfig", "Trainer"]
 
 
 @dataclass
@@ -268,7 +235,7 @@ class Trainer:
             ``median_epoch_s``, ...).
         """
         cfg = self.config
-        fail_at = _injected_failure(self.comm.rank)
+        fail_at = injected_failure_epoch(self.comm.rank)
         for epoch in range(self.start_epoch, cfg.epochs + 1):
             if fail_at == epoch:
                 raise RuntimeError(f"injected failure (FULLGRAPH_FAIL_AT) at epoch {epoch}")
@@ -317,7 +284,7 @@ class Trainer:
                 self.history["best_epoch"] = epoch
             self.history.setdefault("losses", []).append(step.loss)
             if self.comm.rank == 0:
-                _report(rec, log, cfg.quiet)
+                write_epoch(rec, log, cfg.quiet)
             if cfg.checkpoint and (epoch % cfg.checkpoint_every == 0 or epoch == cfg.epochs):
                 self._checkpoint(epoch)
         final = {
@@ -334,32 +301,3 @@ class Trainer:
             log.write(json.dumps(final) + "\n")
             log.flush()
         return final
-
-
-def _injected_failure(rank: int) -> int | None:
-    """Epoch at which ``FULLGRAPH_FAIL_AT=rank:epoch`` asks this rank to raise, if any."""
-    spec = os.environ.get("FULLGRAPH_FAIL_AT")
-    if not spec:
-        return None
-    r, _, e = spec.partition(":")
-    return int(e) if r.strip() == str(rank) and e.strip() else None
-
-
-def _report(rec: dict[str, Any], log: Any | None, quiet: bool) -> None:
-    if log is not None:
-        log.write(json.dumps(rec) + "\n")
-        log.flush()
-    if quiet:
-        return
-    accs = ""
-    if "val_acc" in rec:
-        accs = (
-            f" | train {rec['train_acc']:.4f} val {rec['val_acc']:.4f} test {rec['test_acc']:.4f}"
-        )
-    print(
-        f"epoch {rec['epoch']:4d} | loss {rec['loss']:.4f}{accs} | {rec['epoch_s'] * 1e3:.1f} ms "
-        f"(compute {rec['compute_s'] * 1e3:.1f}, comm {rec['comm_s'] * 1e3:.1f}, "
-        f"reduce {rec['reduce_s'] * 1e3:.1f}) | {rec['comm_bytes'] / 1e6:.3f} MB "
-        f"| peak {rec['peak_rss_mb']:.0f} MB",
-        flush=True,
-    )

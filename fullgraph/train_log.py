@@ -1,0 +1,37 @@
+"""Per-epoch output of the trainer (JSONL record and console line) and the fault-injection hook."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+
+def injected_failure_epoch(rank: int) -> int | None:
+    """Epoch at which ``FULLGRAPH_FAIL_AT=rank:epoch`` asks this rank to raise, if any."""
+    spec = os.environ.get("FULLGRAPH_FAIL_AT")
+    if not spec:
+        return None
+    r, _, e = spec.partition(":")
+    return int(e) if r.strip() == str(rank) and e.strip() else None
+
+
+def write_epoch(rec: dict[str, Any], log: Any | None, quiet: bool) -> None:
+    """Append ``rec`` to the JSONL ``log`` (flushed) and print its one-line summary."""
+    if log is not None:
+        log.write(json.dumps(rec) + "\n")
+        log.flush()
+    if quiet:
+        return
+    accs = ""
+    if "val_acc" in rec:
+        accs = (
+            f" | train {rec['train_acc']:.4f} val {rec['val_acc']:.4f} test {rec['test_acc']:.4f}"
+        )
+    print(
+        f"epoch {rec['epoch']:4d} | loss {rec['loss']:.4f}{accs} | {rec['epoch_s'] * 1e3:.1f} ms "
+        f"(compute {rec['compute_s'] * 1e3:.1f}, comm {rec['comm_s'] * 1e3:.1f}, "
+        f"reduce {rec['reduce_s'] * 1e3:.1f}) | {rec['comm_bytes'] / 1e6:.3f} MB "
+        f"| peak {rec['peak_rss_mb']:.0f} MB",
+        flush=True,
+    )
