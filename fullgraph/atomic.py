@@ -28,6 +28,7 @@ def atomic_dir(target: str | os.PathLike[str], force: bool = False) -> Iterator[
         raise FileExistsError(f"{target} already exists (use --force to replace it)")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a dataset or partition is shared by every rank
     try:
         yield tmp
         if target.exists():
@@ -48,6 +49,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are read by other ranks and users
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -9,10 +9,19 @@ halo rows ``recv_offsets[q]:recv_offsets[q+1]`` (in the order ``q`` sends them).
 - :class:`HaloAggregate` (autograd): ``Y = A_inner @ H + A_halo @ H_halo`` with the exchange in
   flight while ``A_inner @ H`` runs, and the reverse exchange in flight while ``A_inner^T @ dY``
   runs in the backward pass.
+
+Compression (:mod:`fullgraph.compression`): when the plan carries a :class:`HaloCompression`,
+the exchanges of a training step (inside :meth:`HaloPlan.training_step`) send one byte buffer
+per peer (packed codes and per-row parameters together, counts in bytes) and the receiver
+decodes it; outside a step (evaluation, the precomputed first aggregation) rows go as float32.
+The forward quantization passes gradients straight through; the backward exchange compresses
+the gradients themselves.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +29,7 @@ import numpy as np
 import torch
 
 from fullgraph.comm import Communicator, PendingExchange
+from fullgraph.compression import BACKWARD, FORWARD, HaloCompression, record_bytes
 from fullgraph.kernels import CSRMatrix, spmm
 
 
@@ -36,6 +46,7 @@ class HaloPlan:
         num_halo: halo rows of this rank.
         overlap: run the inner aggregation while the exchange is in flight (``False`` waits
             first; benchmarks use it to measure what the overlap hides).
+        compression: codecs and error-feedback state of training exchanges, or ``None``.
     """
 
     comm: Communicator
@@ -45,6 +56,7 @@ class HaloPlan:
     num_inner: int
     num_halo: int
     overlap: bool = True
+    compression: HaloCompression | None = None
 
     @classmethod
     def from_partition(cls, part: Any, comm: Communicator) -> HaloPlan:
@@ -58,20 +70,85 @@ class HaloPlan:
             num_halo=int(part.num_halo),
         )
 
-    def start_forward(self, h_inner: torch.Tensor) -> PendingExchange:
-        """Send boundary rows of ``h_inner``; the result's ``wait()`` gives the halo rows."""
-        send = h_inner.index_select(0, self.send_index.to(h_inner.device))
-        return self.comm.alltoallv_start(send, self.send_counts, self.recv_counts, tag="halo")
+    @contextlib.contextmanager
+    def training_step(self, epoch: int) -> Iterator[None]:
+        """Compress the exchanges of one training step of ``epoch`` (no-op without codecs)."""
+        if self.compression is None:
+            yield
+            return
+        with self.compression.step(epoch):
+            yield
 
-    def start_backward(self, grad_halo: torch.Tensor) -> PendingExchange:
+    def next_key(self) -> tuple[int, int] | None:
+        """``(epoch, exchange)`` of the next forward exchange in a step, else ``None``."""
+        return None if self.compression is None else self.compression.next_key()
+
+    def start_forward(
+        self, h_inner: torch.Tensor, key: tuple[int, int] | None = None
+    ) -> PendingExchange:
+        """Send boundary rows of ``h_inner``; the result's ``wait()`` gives the halo rows.
+
+        Args:
+            h_inner: rows of the inner nodes, float [num_inner, W].
+            key: ``(epoch, exchange)`` from :meth:`next_key`: compress as configured; ``None``
+                sends float32.
+        """
+        send = h_inner.index_select(0, self.send_index.to(h_inner.device))
+        return self._start(send, self.send_counts, self.recv_counts, key, FORWARD)
+
+    def start_backward(
+        self, grad_halo: torch.Tensor, key: tuple[int, int] | None = None
+    ) -> PendingExchange:
         """Send halo-row gradients back to their owners; ``wait()`` gives rows to sum."""
-        return self.comm.alltoallv_start(grad_halo, self.recv_counts, self.send_counts, tag="halo")
+        return self._start(grad_halo, self.recv_counts, self.send_counts, key, BACKWARD)
+
+    def _start(
+        self,
+        rows: torch.Tensor,
+        send_counts: list[int],
+        recv_counts: list[int],
+        key: tuple[int, int] | None,
+        direction: int,
+    ) -> PendingExchange:
+        comp = self.compression
+        if comp is None or not comp.active(key, direction):
+            return self.comm.alltoallv_start(rows, send_counts, recv_counts, tag="halo")
+        width = int(rows.shape[1])
+        rec = record_bytes(comp.codecs[direction], width)
+        buf = comp.encode(rows, key, direction)
+        pending = self.comm.alltoallv_start(
+            buf, [c * rec for c in send_counts], [c * rec for c in recv_counts], tag="halo"
+        )
+        num_rows = sum(recv_counts)
+        return DecodingExchange(pending, lambda b: comp.decode(b, num_rows, width, direction))
 
     def scatter_back(self, grad_inner: torch.Tensor, received: torch.Tensor) -> torch.Tensor:
         """Sum received halo gradients into their owners' rows (``index_add_``)."""
         if received.shape[0]:
             grad_inner.index_add_(0, self.send_index.to(grad_inner.device), received)
         return grad_inner
+
+
+class DecodingExchange:
+    """A compressed exchange in flight; :meth:`wait` returns the decoded float32 rows.
+
+    Args:
+        pending: the byte all-to-all.
+        decode_fn: turns the received bytes into rows.
+    """
+
+    def __init__(
+        self, pending: PendingExchange, decode_fn: Callable[[torch.Tensor], torch.Tensor]
+    ) -> None:
+        self._pending = pending
+        self._decode = decode_fn
+        self._rows: torch.Tensor | None = None
+
+    def wait(self) -> torch.Tensor:
+        """Block until the bytes have landed; decode them (once)."""
+        if self._rows is None:
+            self._rows = self._decode(self._pending.wait())
+        return self._rows
 
 
 class HaloExchange(torch.autograd.Function):
@@ -82,13 +159,14 @@ class HaloExchange(torch.autograd.Function):
         """Return the halo rows, float [num_halo, W], received from their owners."""
         ctx.plan = plan
         ctx.num_inner = h_inner.shape[0]
-        return plan.start_forward(h_inner).wait()
+        ctx.key = plan.next_key()
+        return plan.start_forward(h_inner, ctx.key).wait()
 
     @staticmethod
     def backward(ctx: Any, grad_halo: torch.Tensor) -> tuple[torch.Tensor, None]:
         """Send halo gradients to their owners; owners sum them into inner-row gradients."""
         plan: HaloPlan = ctx.plan
-        received = plan.start_backward(grad_halo.contiguous()).wait()
+        received = plan.start_backward(grad_halo.contiguous(), ctx.key).wait()
         grad = grad_halo.new_zeros((ctx.num_inner, grad_halo.shape[1]))
         return plan.scatter_back(grad, received), None
 
@@ -121,7 +199,8 @@ class HaloAggregate(torch.autograd.Function):
             - ``h``: [num_inner, W] -> [num_inner, W].
         """
         ctx.op, ctx.plan = op, plan
-        pending = plan.start_forward(h) if plan.comm.size > 1 else None
+        ctx.key = plan.next_key() if plan.comm.size > 1 else None
+        pending = plan.start_forward(h, ctx.key) if plan.comm.size > 1 else None
         if pending is not None and not plan.overlap:
             pending.wait()
         y = spmm(op.inner, h)
@@ -143,7 +222,7 @@ class HaloAggregate(torch.autograd.Function):
                 grad_halo = spmm(op.halo_t, grad_y)
             else:
                 grad_halo = grad_y.new_zeros((0, grad_y.shape[1]))
-            pending = plan.start_backward(grad_halo)
+            pending = plan.start_backward(grad_halo, ctx.key)
             if not plan.overlap:
                 pending.wait()
         grad_h = spmm(op.inner_t, grad_y)

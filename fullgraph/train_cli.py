@@ -59,6 +59,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="auto",
         help="aggregate the input features once (exact; auto = when input dropout is 0)",
     )
+    c = p.add_argument_group("halo compression (training exchanges; evaluation sends float32)")
+    codecs = ("none", "fp16", "bf16", "int8", "int4", "int2")  # fullgraph.compression.CODECS
+    c.add_argument(
+        "--compress-fwd",
+        choices=codecs,
+        default="none",
+        help="codec of forward halo activations: fp16/bf16 casts, intN = per-row min/scale "
+        "with stochastic rounding, packed (default none = float32)",
+    )
+    c.add_argument(
+        "--compress-bwd",
+        choices=codecs,
+        default="none",
+        help="codec of backward halo gradients (same choices; default none)",
+    )
+    c.add_argument(
+        "--error-feedback",
+        action="store_true",
+        help="add each sent row's last quantization residual before quantizing it again",
+    )
     r = p.add_argument_group("runtime")
     r.add_argument(
         "--transport",
@@ -225,6 +245,9 @@ def _train(args: argparse.Namespace, comm, info, threads: int) -> int:  # noqa: 
         device=args.device
         if args.device != "auto"
         else ("cuda" if comm.transport == "nccl" else "cpu"),
+        compress_fwd=args.compress_fwd,
+        compress_bwd=args.compress_bwd,
+        error_feedback=args.error_feedback,
     )
     trainer = Trainer(part, comm, cfg)
     if args.resume:
@@ -248,7 +271,9 @@ def _train(args: argparse.Namespace, comm, info, threads: int) -> int:  # noqa: 
             print(
                 f"fullgraph train: {comm.size} rank(s), transport {comm.transport}, "
                 f"{threads} thread(s)/rank, model {cfg.model} L={cfg.layers} H={cfg.hidden}, "
-                f"epochs {trainer.start_epoch}..{cfg.epochs}",
+                f"epochs {trainer.start_epoch}..{cfg.epochs}, halo compression "
+                f"fwd {cfg.compress_fwd} bwd {cfg.compress_bwd}"
+                f"{' + error feedback' if cfg.error_feedback else ''}",
                 flush=True,
             )
     log = None

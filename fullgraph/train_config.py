@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fullgraph.compression import check_codec
+from fullgraph.errors import ConfigError
+
 
 @dataclass
 class TrainConfig:
@@ -29,7 +32,23 @@ class TrainConfig:
     log_json: str | None = None
     quiet: bool = False
     device: str = "cpu"  # cpu | cuda (nccl needs cuda; mpi needs cpu)
+    compress_fwd: str = "none"  # halo activations: none | fp16 | bf16 | int8 | int4 | int2
+    compress_bwd: str = "none"  # halo gradients: same choices
+    error_feedback: bool = False  # carry each sent row's quantization residual to the next step
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_codec(self.compress_fwd, "--compress-fwd")
+        check_codec(self.compress_bwd, "--compress-bwd")
+        if self.error_feedback and self.compress_fwd == self.compress_bwd == "none":
+            raise ConfigError(
+                "--error-feedback needs --compress-fwd or --compress-bwd other than none"
+            )
+
+    @property
+    def compressed(self) -> bool:
+        """Whether training exchanges are compressed in either direction."""
+        return self.compress_fwd != "none" or self.compress_bwd != "none"
 
     def resolved_input_dropout(self) -> float:
         """Input dropout, defaulting to :attr:`dropout`."""

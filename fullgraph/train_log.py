@@ -28,10 +28,13 @@ def write_epoch(rec: dict[str, Any], log: Any | None, quiet: bool) -> None:
         accs = (
             f" | train {rec['train_acc']:.4f} val {rec['val_acc']:.4f} test {rec['test_acc']:.4f}"
         )
+    codec = ""
+    if rec.get("compress_fwd", "none") != "none" or rec.get("compress_bwd", "none") != "none":
+        codec = f", codec {rec.get('codec_s', 0.0) * 1e3:.1f}"
     print(
         f"epoch {rec['epoch']:4d} | loss {rec['loss']:.4f}{accs} | {rec['epoch_s'] * 1e3:.1f} ms "
         f"(compute {rec['compute_s'] * 1e3:.1f}, comm {rec['comm_s'] * 1e3:.1f}, "
-        f"reduce {rec['reduce_s'] * 1e3:.1f}) | {rec['comm_bytes'] / 1e6:.3f} MB "
+        f"reduce {rec['reduce_s'] * 1e3:.1f}{codec}) | {rec['comm_bytes'] / 1e6:.3f} MB "
         f"| peak {rec['peak_rss_mb']:.0f} MB",
         flush=True,
     )

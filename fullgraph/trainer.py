@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from fullgraph.checkpoint import load_checkpoint, save_checkpoint
 from fullgraph.comm import Communicator
+from fullgraph.compression import HaloCompression
 from fullgraph.errors import ConfigError
 from fullgraph.halo import HaloPlan, SplitOperator
 from fullgraph.local_graph import build_operator, part_tensors
@@ -40,13 +41,18 @@ __all__ = ["StepResult", "TrainConfig", "Trainer"]
 
 @dataclass
 class StepResult:
-    """One optimisation step: global loss, timings (this rank) and the training logits."""
+    """One optimisation step: global loss, timings (this rank) and the training logits.
+
+    ``codec_s`` is the time spent encoding and decoding compressed halo rows (part of the
+    compute time).
+    """
 
     loss: float
     seconds: float
     comm_s: float
     reduce_s: float
     logits: torch.Tensor
+    codec_s: float = 0.0
 
 
 class Trainer:
@@ -86,6 +92,14 @@ class Trainer:
             global_ids=np.asarray(part.global_ids[: part.num_inner], dtype=np.int64),
             seed=config.seed,
         )
+        if config.compressed:
+            self.ctx.plan.compression = HaloCompression(
+                config.compress_fwd,
+                config.compress_bwd,
+                seed=config.seed,
+                rank=comm.rank,
+                error_feedback=config.error_feedback,
+            )
         in_drop = config.resolved_input_dropout()
         pre = config.precompute_first
         if pre == "on" and in_drop > 0:
@@ -146,14 +160,17 @@ class Trainer:
     def train_step(self, epoch: int) -> StepResult:
         """Forward with dropout, backward, all-reduce the gradients (and loss), Adam step."""
         halo0, red0 = self.comm.wait_s["halo"], self.comm.wait_s["reduce"]
+        compression = self.ctx.plan.compression
+        codec0 = compression.codec_s if compression is not None else 0.0
         t0 = time.perf_counter()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=False)
-        logits = self.model(self.data["x"], self.ctx, epoch=epoch, training=True)
-        mask = self.data["train"]
-        loss = F.cross_entropy(logits[mask], self.data["y"][mask], reduction="sum")
-        loss = loss / self.num_train_global
-        loss.backward()
+        with self.ctx.plan.training_step(epoch):
+            logits = self.model(self.data["x"], self.ctx, epoch=epoch, training=True)
+            mask = self.data["train"]
+            loss = F.cross_entropy(logits[mask], self.data["y"][mask], reduction="sum")
+            loss = loss / self.num_train_global
+            loss.backward()
         params = list(self.model.parameters())
         flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
         self.comm.allreduce_(flat, "sum", tag="reduce")
@@ -168,6 +185,7 @@ class Trainer:
             comm_s=self.comm.wait_s["halo"] - halo0,
             reduce_s=self.comm.wait_s["reduce"] - red0,
             logits=logits.detach(),
+            codec_s=(compression.codec_s - codec0) if compression is not None else 0.0,
         )
 
     @torch.no_grad()
@@ -258,7 +276,15 @@ class Trainer:
             compute_s = step.seconds - step.comm_s - step.reduce_s
             maxes = self.comm.allreduce_(
                 torch.tensor(
-                    [step.seconds, compute_s, step.comm_s, step.reduce_s, eval_s, peak_rss_mb()],
+                    [
+                        step.seconds,
+                        compute_s,
+                        step.comm_s,
+                        step.reduce_s,
+                        eval_s,
+                        peak_rss_mb(),
+                        step.codec_s,
+                    ],
                     dtype=torch.float64,
                 ),
                 "max",
@@ -276,6 +302,10 @@ class Trainer:
                 "comm_bytes": int(sums[0]),
                 "halo_bytes": int(sums[1]),
                 "peak_rss_mb": round(float(maxes[5]), 1),
+                "codec_s": float(maxes[6]),
+                "compress_fwd": cfg.compress_fwd,
+                "compress_bwd": cfg.compress_bwd,
+                "error_feedback": cfg.error_feedback,
             }
             self.history["epoch_s"].append(rec["epoch_s"])
             if acc and acc["val_acc"] > self.history["best_val_acc"]:
@@ -296,6 +326,9 @@ class Trainer:
             "median_epoch_s": statistics.median(self.history["epoch_s"] or [0.0]),
             "ranks": self.comm.size,
             "transport": self.comm.transport,
+            "compress_fwd": cfg.compress_fwd,
+            "compress_bwd": cfg.compress_bwd,
+            "error_feedback": cfg.error_feedback,
         }
         if self.comm.rank == 0 and log is not None:
             log.write(json.dumps(final) + "\n")
