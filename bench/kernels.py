@@ -205,7 +205,8 @@ def time_rounds(
 ) -> dict:
     """Interleaved timing; returns name -> [(wall seconds, process CPU seconds) per call].
 
-    Every round runs every provider ``inner`` times (then waits for the device). A provider runs
+    Every round runs every provider ``inner`` times (then waits for the device), in a shuffled
+    order (cache state left by the previous provider differs). A provider runs
     at least ``rounds`` rounds and keeps going (up to ``max_rounds``) while it has spent less
     than ``budget_s``: on a shared machine the minimum of many short samples is the figure that
     other processes disturb least. Process CPU time (all threads; OpenMP told to sleep, not
@@ -215,11 +216,12 @@ def time_rounds(
     for fn in fns.values():
         fn()
     sync()
+    order = np.random.default_rng(0)
     for r in range(max_rounds):
         active = [k for k in fns if r < rounds or sum(w for w, _ in times[k]) * inner < budget_s]
         if not active:
             break
-        for k in active:
+        for k in order.permutation(active):  # no provider always follows the same one
             t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(inner):
                 fns[k]()

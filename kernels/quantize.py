@@ -83,7 +83,8 @@ class QuantizedRows:
             )
         rows = buf.reshape(n, rec)
         width = rec - PARAM_BYTES
-        params = rows[:, width:].contiguous().view(torch.float32)
+        # A fresh 1-D copy: offset 0 and unit stride even when n = 1 (a view of the buffer).
+        params = rows[:, width:].reshape(-1).clone().view(torch.float32).view(n, 2)
         return cls(
             rows[:, :width].contiguous(), params[:, 0].clone(), params[:, 1].clone(), bits, f
         )
@@ -159,7 +160,7 @@ def dequantize_torch(q: QuantizedRows) -> torch.Tensor:
     per = 8 // bits
     shifts = torch.arange(per, device=q.packed.device, dtype=torch.uint8) * bits
     codes = (q.packed[:, :, None] >> shifts) & ((1 << bits) - 1)
-    codes = codes.reshape(n, -1)[:, :f].to(torch.float32)
+    codes = codes.reshape(n, q.packed.shape[1] * per)[:, :f].to(torch.float32)  # n may be 0
     return q.row_min[:, None] + codes * q.row_scale[:, None]
 
 

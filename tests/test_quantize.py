@@ -155,3 +155,13 @@ def test_cast_half():
     b = cast_half(X, "bf16")
     assert b.dtype == torch.bfloat16
     torch.testing.assert_close(b.float(), X, rtol=1e-2, atol=0)
+
+
+@pytest.mark.parametrize("rows", [0, 1])
+def test_zero_and_one_row_round_trip(backend, rows):
+    X = torch.randn(rows, 11)
+    q = quantize(X, 4, stochastic=False)
+    back = QuantizedRows.from_bytes(q.to_bytes()[: q.nbytes], rows, 11, 4)
+    Y = dequantize(back)
+    assert Y.shape == (rows, 11) and q.nbytes == rows * record_nbytes(11, 4)
+    assert bool(((Y - X).abs() <= q.row_scale[:, None] / 2 * (1 + 1e-5) + 1e-6).all())
