@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,69 +44,25 @@ MALLOC_ENV = {
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 
 
-def powerlaw_graph(n: int = 169_343, undirected_edges: int = 1_166_243, seed: int = 0):
-    """Stand-in arxiv-like graph: power-law endpoint weights, symmetrised, ~2.3M non-zeros."""
-    rng = np.random.default_rng(seed)
-    w = rng.pareto(1.5, n) + 1.0
-    src = rng.choice(n, undirected_edges, p=w / w.sum())
-    dst = rng.integers(0, n, undirected_edges)
-    keep = src != dst
-    rows = np.r_[src[keep], dst[keep]]
-    cols = np.r_[dst[keep], src[keep]]
-    M = sp.csr_matrix((np.ones(rows.size, np.float32), (rows, cols)), shape=(n, n))
-    M.sum_duplicates()
-    return M.indptr.astype(np.int64), M.indices.astype(np.int64)
+def load_graph(which: str, data_root: Path) -> tuple[str, np.ndarray, np.ndarray]:
+    """(name, indptr, indices) of the arxiv-like graph or a real one from ../shared/datasets.
 
+    The arxiv-like graph is read from ``data_root`` when ``fullgraph data synth`` wrote it there,
+    else generated in memory (same seed, same graph). Real graphs are read in place: the loaders
+    never write beside the data they read.
+    """
+    from fullgraph.datasets import load
+    from fullgraph.datasets.synthetic import generate
 
-def read_npz_zip(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetrised CSR (no self loops) of a gnn-benchmark ``.npz`` inside a ``.zip``."""
-    import io
-    import zipfile
-
-    with zipfile.ZipFile(path) as z:
-        member = next(m for m in z.namelist() if m.endswith(".npz"))
-        d = np.load(io.BytesIO(z.read(member)))
-        M = sp.csr_matrix(
-            (d["adj_data"], d["adj_indices"], d["adj_indptr"]), shape=tuple(d["adj_shape"])
-        )
-    M = ((M + M.T) > 0).astype(np.float32).tocsr()
-    M.setdiag(0)
-    M.eliminate_zeros()
-    return M.indptr.astype(np.int64), M.indices.astype(np.int64)
-
-
-def load_graph(which: str, data_root: Path):
-    """(name, indptr, indices) of the arxiv-like graph or a real one from ../shared/datasets."""
     if which == "arxiv":
-        try:
-            from fullgraph.datasets.registry import load
-
+        if (data_root / "arxiv_synth").is_dir():
             g = load("arxiv-synth", data_root)
-            return "arxiv-synth", g.indptr, g.indices
-        except Exception as exc:  # noqa: BLE001 - fall back to a generator, say why
-            print(f"arxiv-synth not loadable from {data_root} ({exc}); generating one")
-        try:
-            from fullgraph.datasets.synthetic import generate
-
+        else:
+            print(f"arxiv-synth not found under {data_root}; generating it in memory (seed 0)")
             g = generate("arxiv", seed=0)
-            return "arxiv-synth", g.indptr, g.indices
-        except Exception as exc:  # noqa: BLE001
-            print(f"datasets generator unavailable ({exc}); power-law stand-in")
-            return "powerlaw-169k", *powerlaw_graph()
-    raw = SHARED / which.replace("-", "_") / "raw"
-    try:
-        import tempfile
-
-        from fullgraph.datasets.registry import load
-
-        tmp = Path(tempfile.mkdtemp(prefix="fg-bench-"))
-        (tmp / which.replace("-", "_")).mkdir()
-        (tmp / which.replace("-", "_") / "raw").symlink_to(raw)
-        g = load(which, tmp)
-        return which, g.indptr, g.indices
-    except ImportError as exc:
-        print(f"fullgraph.datasets reader unavailable ({exc}); reading {raw} directly")
-        return which, *read_npz_zip(next(raw.glob("*.zip")))
+        return "arxiv-synth", g.indptr, g.indices
+    g = load(which, SHARED)
+    return which, g.indptr, g.indices
 
 
 def gcn_matrix(indptr: np.ndarray, indices: np.ndarray) -> CSRMatrix:
