@@ -156,7 +156,7 @@ def plot(dataset: str, runs: dict, target: float, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (method, ranks), (epochs, _) in sorted(runs.items()):
         xs, ys = curve(epochs)
-        style = "-" if method == "full-batch" else "--"
+        style = {"full-batch": "-", "full-batch int8": "-."}.get(method, "--")
         ax.plot(xs, ys, style, marker=".", label=f"{method}, P={ranks}")
     ax.axhline(target, color="grey", lw=0.8, ls=":", label=f"target {target:.3f}")
     ax.set_xlabel("training time (s, evaluation excluded)")
@@ -186,6 +186,12 @@ def main() -> int:
     ap.add_argument("--arxiv-root", default="/tmp/fg-data")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    ap.add_argument(
+        "--methods",
+        default="full-batch,full-batch int8,mini-batch",
+        help="which methods to run (full-batch int8 = int8 halo compression both ways, P > 1)",
+    )
+    ap.add_argument("--reuse", action="store_true", help="reuse complete logs of earlier runs")
     args = ap.parse_args()
     out = Path(args.out)
     work = out / "fullbatch_vs_minibatch"
@@ -195,6 +201,7 @@ def main() -> int:
     if unknown:
         raise SystemExit(f"unknown dataset(s) {unknown}; known: {', '.join(SETTINGS)}")
     ranks_list = [int(r) for r in args.ranks.split(",")]
+    methods = {m.strip() for m in args.methods.split(",")}
     roots = prepare_root(work / "data", names, Path(args.arxiv_root))
     layers = len(args.fanouts.split(","))
     model = ["--hidden", str(args.hidden), "--dropout", "0.5", "--input-dropout", "0"]
@@ -209,38 +216,33 @@ def main() -> int:
         runs: dict = {}
         for p in ranks_list:
             parts = work / "parts" / f"{name}-{p}"
-            if not (parts / "meta.json").is_file():
-                run(
-                    [
-                        str(BIN / "fullgraph"),
-                        "partition",
-                        "--dataset",
-                        name,
-                        "--root",
-                        str(roots[name]),
-                        "--parts",
-                        str(p),
-                        "--out",
-                        str(parts),
-                        "--force",
-                    ],
-                    args.timeout,
-                )
-            log = work / f"{name}-P{p}-full.jsonl"
-            cmd = [*launcher(p), str(BIN / "fullgraph"), "train", "--parts", str(parts)]
-            cmd += ["--model", "sage", "--layers", str(layers), "--lr", str(s["fb_lr"])]
-            cmd += ["--epochs", str(fb_epochs), "--log-json", str(log), *model]
-            print(f"[{name} P={p}] full-batch: {' '.join(cmd)}", flush=True)
-            wall = run(cmd, args.timeout)
-            runs[("full-batch", p)] = (*read_log(log), wall)
-            log = work / f"{name}-P{p}-mini.jsonl"
-            cmd = [*launcher(p), str(BIN / "fullgraph"), "minibatch", "--dataset", name]
-            cmd += ["--root", str(roots[name]), "--fanouts", args.fanouts]
-            cmd += ["--batch-size", str(s["batch_size"]), "--lr", str(s["mb_lr"])]
-            cmd += ["--epochs", str(mb_epochs), "--log-json", str(log), *model]
-            print(f"[{name} P={p}] mini-batch: {' '.join(cmd)}", flush=True)
-            wall = run(cmd, args.timeout)
-            runs[("mini-batch", p)] = (*read_log(log), wall)
+            full = [*launcher(p), str(BIN / "fullgraph"), "train", "--parts", str(parts)]
+            full += ["--model", "sage", "--layers", str(layers), "--lr", str(s["fb_lr"])]
+            full += ["--epochs", str(fb_epochs), *model]
+            mini = [*launcher(p), str(BIN / "fullgraph"), "minibatch", "--dataset", name]
+            mini += ["--root", str(roots[name]), "--fanouts", args.fanouts]
+            mini += ["--batch-size", str(s["batch_size"]), "--lr", str(s["mb_lr"])]
+            mini += ["--epochs", str(mb_epochs), *model]
+            variants = [("full-batch", "full", full), ("mini-batch", "mini", mini)]
+            if p > 1:  # halo compression only exists between ranks
+                int8 = [*full, "--compress-fwd", "int8", "--compress-bwd", "int8"]
+                variants.insert(1, ("full-batch int8", "full-int8", int8))
+            for method, tag, cmd in variants:
+                if method not in methods:
+                    continue
+                log = work / f"{name}-P{p}-{tag}.jsonl"
+                if args.reuse and log.is_file() and '"final": true' in log.read_text():
+                    print(f"[{name} P={p}] {method}: reusing {log}", flush=True)
+                    runs[(method, p)] = (*read_log(log), float("nan"))
+                    continue
+                if tag.startswith("full") and not (parts / "meta.json").is_file():
+                    part_cmd = [str(BIN / "fullgraph"), "partition", "--dataset", name]
+                    part_cmd += ["--root", str(roots[name]), "--parts", str(p)]
+                    run([*part_cmd, "--out", str(parts), "--force"], args.timeout)
+                cmd = [*cmd, "--log-json", str(log)]
+                print(f"[{name} P={p}] {method}: {' '.join(cmd)}", flush=True)
+                wall = run(cmd, args.timeout)
+                runs[(method, p)] = (*read_log(log), wall)
         target = 0.98 * max(final["test_acc"] for _, final, _ in runs.values())
         for (method, p), (epochs, final, wall) in sorted(runs.items()):
             stats = summarise(epochs, final, target)
@@ -268,12 +270,12 @@ def main() -> int:
         f"{env_note}; target = 98% of the best final test accuracy per dataset"
     )
     print(
-        f"{'dataset':18} {'method':11} {'P':>2} {'target':>7} {'to target s':>11} "
+        f"{'dataset':18} {'method':15} {'P':>2} {'target':>7} {'to target s':>11} "
         f"{'median ep s':>11} {'final acc':>9} {'peak MiB':>8} {'epochs':>6} {'wall s':>7}"
     )
     for name, method, p, target, st, n_ep, wall in table:
         print(
-            f"{name:18} {method:11} {p:>2} {target:7.4f} {st['time_to_target_s']:11.2f} "
+            f"{name:18} {method:15} {p:>2} {target:7.4f} {st['time_to_target_s']:11.2f} "
             f"{st['median_epoch_s']:11.3f} {st['final_test_acc']:9.4f} "
             f"{st['peak_rss_mb']:8.0f} {n_ep:6d} {wall:7.1f}"
         )

@@ -85,7 +85,7 @@ class HaloPlan:
 
     def start_forward(
         self, h_inner: torch.Tensor, key: tuple[int, int] | None = None
-    ) -> PendingExchange:
+    ) -> PendingExchange | DecodingExchange:
         """Send boundary rows of ``h_inner``; the result's ``wait()`` gives the halo rows.
 
         Args:
@@ -98,7 +98,7 @@ class HaloPlan:
 
     def start_backward(
         self, grad_halo: torch.Tensor, key: tuple[int, int] | None = None
-    ) -> PendingExchange:
+    ) -> PendingExchange | DecodingExchange:
         """Send halo-row gradients back to their owners; ``wait()`` gives rows to sum."""
         return self._start(grad_halo, self.recv_counts, self.send_counts, key, BACKWARD)
 
@@ -109,7 +109,7 @@ class HaloPlan:
         recv_counts: list[int],
         key: tuple[int, int] | None,
         direction: int,
-    ) -> PendingExchange:
+    ) -> PendingExchange | DecodingExchange:
         comp = self.compression
         if comp is None or not comp.active(key, direction):
             return self.comm.alltoallv_start(rows, send_counts, recv_counts, tag="halo")

@@ -119,6 +119,8 @@ def _check_args(args: argparse.Namespace) -> None:
     for name in ("layers", "hidden", "epochs", "eval_every", "checkpoint_every"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.error_feedback and args.compress_fwd == args.compress_bwd == "none":
+        raise ConfigError("--error-feedback needs --compress-fwd or --compress-bwd other than none")
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
 

@@ -70,13 +70,20 @@ def kernel_for(jitted, device: torch.device):
     """The runnable form of a ``@triton.jit`` kernel for tensors on ``device``.
 
     CUDA tensors get the compiled kernel; CPU tensors get Triton's interpreter when
-    ``TRITON_INTERPRET=1`` (the kernel may have been decorated before the variable was set).
+    ``TRITON_INTERPRET=1``, which must be set before triton is imported.
     """
     if device.type == "cuda":
         return jitted
     if device.type == "cpu" and triton_interpret():
+        from triton.language import standard
         from triton.runtime.interpreter import InterpretedFunction
 
+        if not isinstance(standard.zeros, InterpretedFunction):
+            # triton decides at import time whether its own library functions are interpreted
+            raise ConfigError(
+                "TRITON_INTERPRET=1 was set after triton was imported; set it before the process "
+                "imports triton (or torch_geometric, which imports it)"
+            )
         return jitted if isinstance(jitted, InterpretedFunction) else InterpretedFunction(jitted.fn)
     raise ConfigError(
         f"triton kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU ones), got {device}"

@@ -14,8 +14,16 @@ Fixtures other test modules can use:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
+
+import torch
+
+# Triton decides when it is imported whether its library functions run in the interpreter, so
+# the Triton tests on CPU tensors need the variable before anything (PyG too) imports triton.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import numpy as np
 import pytest

@@ -124,3 +124,5 @@ def test_cli_rejects_bad_values_listing_choices(capsys) -> None:
     for dest in ("compress_fwd", "compress_bwd"):
         action = next(a for a in train._actions if a.dest == dest)
         assert tuple(action.choices) == CODECS and action.default == "none"
+    assert cli_main(["train", "--synthetic", "tiny", "--error-feedback"]) == 2
+    assert "--error-feedback needs --compress-fwd or --compress-bwd" in capsys.readouterr().err
