@@ -8,8 +8,6 @@ line (and writes the same JSON fields) as ``fullgraph train``.
 from __future__ import annotations
 
 import argparse
-import sys
-import traceback
 from pathlib import Path
 
 from fullgraph.errors import ConfigError, FullgraphError
@@ -88,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from fullgraph.atomic import atomic_write_json
     from fullgraph.comm import create_communicator
     from fullgraph.datasets import load, require_features
+    from fullgraph.faults import abort_job
     from fullgraph.launch import default_threads, detect_launch
     from fullgraph.minibatch import MinibatchConfig, MinibatchTrainer
 
@@ -140,13 +139,10 @@ def run(args: argparse.Namespace) -> int:
                 log.close()
     except FullgraphError:
         raise  # bad input: every rank sees the same data and fails the same way
-    except Exception:
+    except Exception as exc:
         if comm.size > 1:
             # One failing rank would leave the others blocked in a collective: abort the job.
-            traceback.print_exc()
-            print(f"fullgraph minibatch: rank {comm.rank} failed; aborting", file=sys.stderr)
-            sys.stderr.flush()
-            comm.abort(1)
+            abort_job(comm, "minibatch", exc)
         raise
     finally:
         comm.close()

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-import traceback
 from pathlib import Path
 
 
@@ -162,7 +160,8 @@ def run_train(args: argparse.Namespace) -> int:
     # ~25% off an arxiv-sized epoch here).
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     from fullgraph.comm import create_communicator
-    from fullgraph.errors import ConfigError, FullgraphError
+    from fullgraph.errors import ConfigError
+    from fullgraph.faults import abort_job
     from fullgraph.launch import default_threads, detect_launch
 
     _check_args(args)
@@ -189,13 +188,7 @@ def run_train(args: argparse.Namespace) -> int:
     except Exception as exc:
         if comm.size == 1:
             raise
-        if isinstance(exc, FullgraphError):
-            print(f"fullgraph train: error: rank {comm.rank}: {exc}", file=sys.stderr, flush=True)
-        else:
-            print(f"fullgraph train: rank {comm.rank} failed:", file=sys.stderr)
-            traceback.print_exc()
-            sys.stderr.flush()
-        comm.abort(2 if isinstance(exc, FullgraphError) else 1)
+        abort_job(comm, "train", exc)
         return 1
     finally:
         comm.close()
