@@ -11,7 +11,6 @@ the ranks run.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,33 +21,7 @@ from fullgraph.datasets import Graph
 from fullgraph.errors import ConfigError, DataError
 from fullgraph.halo import SplitOperator
 from fullgraph.kernels import CSRMatrix
-
-
-@dataclass
-class WholeGraphPart:
-    """A "partition" of a whole graph into one part (the fields of ``Partition``)."""
-
-    rank: int
-    num_parts: int
-    num_inner: int
-    num_halo: int
-    global_ids: np.ndarray
-    indptr: np.ndarray
-    indices: np.ndarray
-    in_degree: np.ndarray
-    x: np.ndarray
-    y: np.ndarray
-    train_mask: np.ndarray
-    val_mask: np.ndarray
-    test_mask: np.ndarray
-    send_index: np.ndarray
-    send_offsets: np.ndarray
-    recv_offsets: np.ndarray
-    num_classes: int
-    num_features: int
-    num_train_global: int
-    partition_hash: str
-    meta: dict = field(default_factory=dict)
+from fullgraph.partition import Partition
 
 
 def _graph_hash(graph: Graph) -> str:
@@ -60,14 +33,14 @@ def _graph_hash(graph: Graph) -> str:
     return "whole-" + h.hexdigest()[:32]
 
 
-def whole_graph_part(graph: Graph) -> WholeGraphPart:
+def whole_graph_part(graph: Graph) -> Partition:
     """The whole graph as the single part of a one-rank job.
 
     Args:
         graph: a validated graph with features.
 
     Returns:
-        A :class:`WholeGraphPart` with every node inner and no halo.
+        A :class:`~fullgraph.partition.Partition` with every node inner and no halo.
 
     Raises:
         DataError: the graph has no features or no training nodes.
@@ -78,7 +51,7 @@ def whole_graph_part(graph: Graph) -> WholeGraphPart:
     num_train = int(graph.train_mask.sum())
     if num_train == 0:
         raise DataError(f"{graph.name}: graph has no training nodes")
-    return WholeGraphPart(
+    return Partition(
         rank=0,
         num_parts=1,
         num_inner=n,
@@ -129,7 +102,7 @@ def build_operator(part: Any, model: str) -> SplitOperator:
     ``sage``: the mean over incoming neighbours (PyG ``SAGEConv(aggr="mean")``).
 
     Args:
-        part: a partition (or :class:`WholeGraphPart`).
+        part: a partition (one of a job's parts, or :func:`whole_graph_part`).
         model: ``gcn`` or ``sage``.
 
     Returns:

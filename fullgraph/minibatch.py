@@ -29,6 +29,7 @@ from fullgraph.minibatch_model import block_forward, layerwise_inference, row_ra
 from fullgraph.models import GNN, load_parameter_vector, parameter_vector
 from fullgraph.resources import peak_rss_mb
 from fullgraph.sampler import NeighborSampler, global_batches, rank_share
+from fullgraph.train_log import write_epoch
 
 
 @dataclass
@@ -251,7 +252,7 @@ class MinibatchTrainer:
             if acc and acc["val_acc"] > best_val:
                 best_val, test_at_best, best_epoch = acc["val_acc"], acc["test_acc"], epoch
             if self.comm.rank == 0:
-                report_epoch(rec, log, cfg.quiet)
+                write_epoch(rec, log, cfg.quiet)
         final = {
             "final": True,
             "epochs": cfg.epochs,
@@ -266,24 +267,3 @@ class MinibatchTrainer:
             log.write(json.dumps(final) + "\n")
             log.flush()
         return final
-
-
-def report_epoch(rec: dict[str, Any], log: Any | None, quiet: bool) -> None:
-    """Write ``rec`` as one JSON line to ``log`` and print the per-epoch line of ``train``."""
-    if log is not None:
-        log.write(json.dumps(rec) + "\n")
-        log.flush()
-    if quiet:
-        return
-    accs = ""
-    if "val_acc" in rec:
-        accs = (
-            f" | train {rec['train_acc']:.4f} val {rec['val_acc']:.4f} test {rec['test_acc']:.4f}"
-        )
-    print(
-        f"epoch {rec['epoch']:4d} | loss {rec['loss']:.4f}{accs} | {rec['epoch_s'] * 1e3:.1f} ms "
-        f"(compute {rec['compute_s'] * 1e3:.1f}, sample {rec['sample_s'] * 1e3:.1f}, "
-        f"reduce {rec['reduce_s'] * 1e3:.1f}) | {rec['comm_bytes'] / 1e6:.3f} MB "
-        f"| peak {rec['peak_rss_mb']:.0f} MB",
-        flush=True,
-    )

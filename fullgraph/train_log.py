@@ -31,9 +31,15 @@ def write_epoch(rec: dict[str, Any], log: Any | None, quiet: bool) -> None:
     codec = ""
     if rec.get("compress_fwd", "none") != "none" or rec.get("compress_bwd", "none") != "none":
         codec = f", codec {rec.get('codec_s', 0.0) * 1e3:.1f}"
+    # full-batch epochs exchange halos; mini-batch epochs sample instead
+    moved = (
+        f"sample {rec['sample_s'] * 1e3:.1f}"
+        if "sample_s" in rec
+        else (f"comm {rec['comm_s'] * 1e3:.1f}")
+    )
     print(
         f"epoch {rec['epoch']:4d} | loss {rec['loss']:.4f}{accs} | {rec['epoch_s'] * 1e3:.1f} ms "
-        f"(compute {rec['compute_s'] * 1e3:.1f}, comm {rec['comm_s'] * 1e3:.1f}, "
+        f"(compute {rec['compute_s'] * 1e3:.1f}, {moved}, "
         f"reduce {rec['reduce_s'] * 1e3:.1f}{codec}) | {rec['comm_bytes'] / 1e6:.3f} MB "
         f"| peak {rec['peak_rss_mb']:.0f} MB",
         flush=True,

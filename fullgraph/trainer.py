@@ -59,7 +59,7 @@ class Trainer:
     """Trains one rank's part; every rank of the job builds one with the same config.
 
     Args:
-        part: this rank's partition (``fullgraph.partition.Partition`` or ``WholeGraphPart``).
+        part: this rank's ``Partition`` (one process: ``whole_graph_part(graph)``).
         comm: the communicator (its size must equal ``part.num_parts``).
         config: the run's configuration.
     """

@@ -178,6 +178,10 @@ def quantize(
     Returns:
         :class:`QuantizedRows` (float32 ``row_min`` / ``row_scale``).
 
+    Dispatch (:func:`~fullgraph.kernels.backend.select_backend`): Triton on CUDA, the numba
+    kernel (:mod:`fullgraph.kernels.quantize_cpu`) on CPU, :func:`quantize_torch` (the reference,
+    ``FULLGRAPH_KERNEL=torch``) otherwise; all give the same bytes.
+
     Raises:
         ConfigError: for bits outside 8, 4, 2. FullgraphError: for a non-2-D or integer ``X``.
     """
@@ -187,7 +191,12 @@ def quantize(
     if seed is None:
         seed = int(torch.randint(0, 2**31 - 1, ()).item()) if stochastic else 0
     key = seed_key(seed)
-    if select_backend(X.device, "quantize") == "triton":
+    backend = select_backend(X.device, "quantize")
+    if backend == "cpu":
+        from fullgraph.kernels.quantize_cpu import quantize_cpu
+
+        return quantize_cpu(X, bits, stochastic, key)
+    if backend == "triton":
         from fullgraph.kernels.quantize_triton import quantize_triton
 
         return quantize_triton(X, bits, stochastic, key)
@@ -195,8 +204,16 @@ def quantize(
 
 
 def dequantize(q: QuantizedRows) -> torch.Tensor:
-    """Float32 [N, F] values of quantized rows: ``row_min + code * row_scale``."""
-    if select_backend(q.packed.device, "dequantize") == "triton":
+    """Float32 [N, F] values of quantized rows: ``row_min + code * row_scale``.
+
+    Dispatch as in :func:`quantize`: Triton on CUDA, the numba kernel on CPU, else plain torch.
+    """
+    backend = select_backend(q.packed.device, "dequantize")
+    if backend == "cpu":
+        from fullgraph.kernels.quantize_cpu import dequantize_cpu
+
+        return dequantize_cpu(q)
+    if backend == "triton":
         from fullgraph.kernels.quantize_triton import dequantize_triton
 
         return dequantize_triton(q)
