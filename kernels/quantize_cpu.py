@@ -76,15 +76,20 @@ def _quantize_rows(x, bits, stochastic, key, packed, row_min, row_scale):  # pra
                     v = min(max(v, zero), levels)
                     codes[j] = np.uint8(v)
             out = packed[i]
-            if per == 1:
+            if bits == 8:
                 for b in range(width):
                     out[b] = codes[b]
+            elif bits == 4:
+                for b in range(width):
+                    out[b] = codes[2 * b] | (codes[2 * b + 1] << np.uint8(4))
             else:
                 for b in range(width):
-                    acc = np.uint32(0)
-                    for p in range(per):
-                        acc |= np.uint32(codes[b * per + p]) << np.uint32(p * bits)
-                    out[b] = np.uint8(acc)
+                    out[b] = (
+                        codes[4 * b]
+                        | (codes[4 * b + 1] << np.uint8(2))
+                        | (codes[4 * b + 2] << np.uint8(4))
+                        | (codes[4 * b + 3] << np.uint8(6))
+                    )
             row_min[i] = mn
             row_scale[i] = scale
 
@@ -94,15 +99,30 @@ def _dequantize_rows(packed, row_min, row_scale, bits, out):  # pragma: no cover
     """``out[i, j] = row_min[i] + code[i, j] * row_scale[i]`` in float32."""
     n, f = out.shape
     per = 8 // bits
-    mask = np.uint32((1 << bits) - 1)
+    full = f // per  # bytes whose codes are all real columns
+    mask = np.uint8((1 << bits) - 1)
     for i in prange(n):
         mn = row_min[i]
         sc = row_scale[i]
         src = packed[i]
         dst = out[i]
-        for j in range(f):
-            shift = np.uint32((j % per) * bits)
-            c = (np.uint32(src[j // per]) >> shift) & mask
+        if bits == 8:
+            for j in range(f):
+                dst[j] = mn + np.float32(src[j]) * sc
+        elif bits == 4:
+            for b in range(full):
+                c = src[b]
+                dst[2 * b] = mn + np.float32(c & mask) * sc
+                dst[2 * b + 1] = mn + np.float32(c >> np.uint8(4)) * sc
+        else:
+            for b in range(full):
+                c = src[b]
+                dst[4 * b] = mn + np.float32(c & mask) * sc
+                dst[4 * b + 1] = mn + np.float32((c >> np.uint8(2)) & mask) * sc
+                dst[4 * b + 2] = mn + np.float32((c >> np.uint8(4)) & mask) * sc
+                dst[4 * b + 3] = mn + np.float32(c >> np.uint8(6)) * sc
+        for j in range(full * per, f):  # the codes of the last, partly padded byte
+            c = (src[j // per] >> np.uint8((j % per) * bits)) & mask
             dst[j] = mn + np.float32(c) * sc
 
 

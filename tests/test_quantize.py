@@ -165,3 +165,71 @@ def test_zero_and_one_row_round_trip(backend, rows):
     Y = dequantize(back)
     assert Y.shape == (rows, 11) and q.nbytes == rows * record_nbytes(11, 4)
     assert bool(((Y - X).abs() <= q.row_scale[:, None] / 2 * (1 + 1e-5) + 1e-6).all())
+
+
+PARITY_WIDTHS = [1, 3, 17, 300]
+
+
+def assert_same_bits(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape
+    if a.dtype == torch.float32:  # compare bit patterns: -0.0 != 0.0, NaN == NaN
+        a, b = a.view(torch.int32), b.view(torch.int32)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+@pytest.mark.parametrize("stochastic", [False, True])
+@pytest.mark.parametrize("rows", [0, 1, 70])
+@pytest.mark.parametrize("width", PARITY_WIDTHS)
+def test_numba_and_torch_paths_give_identical_bytes(bits, stochastic, rows, width):
+    from fullgraph.kernels.quantize import dequantize_torch, quantize_torch, seed_key
+    from fullgraph.kernels.quantize_cpu import dequantize_cpu, quantize_cpu
+
+    gen = torch.Generator().manual_seed(width)
+    X = torch.randn(rows, width, generator=gen) * torch.rand(rows, 1, generator=gen) * 10
+    if rows > 2:
+        X[1] = 2.5  # constant row: scale 0
+        X[2] = 0.0
+    key = seed_key(4321)
+    ref = quantize_torch(X, bits, stochastic, key)
+    got = quantize_cpu(X, bits, stochastic, key)
+    assert_same_bits(got.packed, ref.packed)
+    assert_same_bits(got.row_min, ref.row_min)
+    assert_same_bits(got.row_scale, ref.row_scale)
+    assert (got.bits, got.num_cols) == (bits, width)
+    assert_same_bits(dequantize_cpu(ref), dequantize_torch(ref))
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+@pytest.mark.parametrize("stochastic", [False, True])
+def test_numba_path_on_non_contiguous_and_double_input(bits, stochastic):
+    from fullgraph.kernels.quantize import quantize_torch, seed_key
+    from fullgraph.kernels.quantize_cpu import quantize_cpu
+
+    base = torch.randn(40, 2 * 33, dtype=torch.float64)
+    key = seed_key(7)
+    for X in (base[::3, ::2], base.t()[:, ::2], base.float()[:, 1::2]):
+        assert not X.is_contiguous()
+        ref = quantize_torch(X, bits, stochastic, key)
+        got = quantize_cpu(X, bits, stochastic, key)
+        assert_same_bits(got.packed, ref.packed)
+        assert_same_bits(got.row_min, ref.row_min)
+        assert_same_bits(got.row_scale, ref.row_scale)
+
+
+def test_cpu_backend_dispatches_to_numba(monkeypatch):
+    import fullgraph.kernels.quantize_cpu as quantize_cpu
+
+    calls = []
+    real_q, real_d = quantize_cpu.quantize_cpu, quantize_cpu.dequantize_cpu
+    monkeypatch.setattr(quantize_cpu, "quantize_cpu", lambda *a: calls.append("q") or real_q(*a))
+    monkeypatch.setattr(quantize_cpu, "dequantize_cpu", lambda q: calls.append("d") or real_d(q))
+    X = sample(5, 20)
+    monkeypatch.setenv("FULLGRAPH_KERNEL", "cpu")
+    q = quantize(X, 4, seed=9)
+    Y = dequantize(q)
+    assert calls == ["q", "d"]
+    monkeypatch.setenv("FULLGRAPH_KERNEL", "torch")
+    q_ref = quantize(X, 4, seed=9)
+    assert torch.equal(q.to_bytes(), q_ref.to_bytes())
+    assert torch.equal(Y, dequantize(q_ref)) and calls == ["q", "d"]
