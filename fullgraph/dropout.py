@@ -35,6 +35,15 @@ def stream_key(seed: int, epoch: int, layer: int) -> int:
     return splitmix64_int(key ^ (layer & _M64))
 
 
+@numba.njit(inline="always", cache=True, nogil=True)
+def _mix_word(counter, key):  # pragma: no cover - JIT
+    """splitmix64 of ``counter ^ key``: the 64-bit word holding four 16-bit mask lanes."""
+    z = (counter ^ key) + np.uint64(_GOLDEN)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MUL1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MUL2)
+    return z ^ (z >> np.uint64(31))
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _keep_scale(gids, width, key, threshold, scale, out):  # pragma: no cover - JIT
     """out[i, j] = scale if lane j of node gids[i] survives else 0 (see dropout_keep_mask)."""
@@ -43,10 +52,7 @@ def _keep_scale(gids, width, key, threshold, scale, out):  # pragma: no cover - 
     for i in numba.prange(gids.shape[0]):
         base = np.uint64(gids[i]) * w64
         for w in range(words):
-            z = ((base + np.uint64(w)) ^ key) + np.uint64(_GOLDEN)
-            z = (z ^ (z >> np.uint64(30))) * np.uint64(_MUL1)
-            z = (z ^ (z >> np.uint64(27))) * np.uint64(_MUL2)
-            z = z ^ (z >> np.uint64(31))
+            z = _mix_word(base + np.uint64(w), key)
             for k in range(4):
                 j = 4 * w + k
                 if j < width:
@@ -184,10 +190,7 @@ def _relu_keep(x, gids, key, threshold, scale, out):  # pragma: no cover - JIT
     for i in numba.prange(x.shape[0]):
         base = np.uint64(gids[i]) * w64
         for w in range(words):
-            z = ((base + np.uint64(w)) ^ key) + np.uint64(_GOLDEN)
-            z = (z ^ (z >> np.uint64(30))) * np.uint64(_MUL1)
-            z = (z ^ (z >> np.uint64(27))) * np.uint64(_MUL2)
-            z = z ^ (z >> np.uint64(31))
+            z = _mix_word(base + np.uint64(w), key)
             for k in range(4):
                 j = 4 * w + k
                 if j < width:
