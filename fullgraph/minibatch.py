@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,11 +29,12 @@ from fullgraph.minibatch_model import block_forward, layerwise_inference, row_ra
 from fullgraph.models import GNN, load_parameter_vector, parameter_vector
 from fullgraph.resources import peak_rss_mb
 from fullgraph.sampler import NeighborSampler, global_batches, rank_share
+from fullgraph.train_config import InputDropoutConfig
 from fullgraph.train_log import write_epoch
 
 
 @dataclass
-class MinibatchConfig:
+class MinibatchConfig(InputDropoutConfig):
     """Everything that defines a mini-batch run (``fanouts[0]`` applies to the seeds)."""
 
     fanouts: list[int] = field(default_factory=lambda: [15, 10, 5])
@@ -47,16 +48,6 @@ class MinibatchConfig:
     seed: int = 0
     eval_every: int = 1
     quiet: bool = False
-
-    def resolved_input_dropout(self) -> float:
-        """Input dropout, defaulting to :attr:`dropout`."""
-        return self.dropout if self.input_dropout is None else self.input_dropout
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-dict form with ``input_dropout`` resolved, for logs."""
-        d = asdict(self)
-        d["input_dropout"] = self.resolved_input_dropout()
-        return d
 
 
 @dataclass

@@ -9,8 +9,25 @@ from fullgraph.compression import check_codec
 from fullgraph.errors import ConfigError
 
 
+class InputDropoutConfig:
+    """Methods shared by the run configurations that hold ``dropout`` and ``input_dropout``."""
+
+    dropout: float
+    input_dropout: float | None
+
+    def resolved_input_dropout(self) -> float:
+        """Input dropout, defaulting to :attr:`dropout`."""
+        return self.dropout if self.input_dropout is None else self.input_dropout
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict with ``input_dropout`` resolved, for logs and ``config.json``."""
+        d = asdict(self)
+        d["input_dropout"] = self.resolved_input_dropout()
+        return d
+
+
 @dataclass
-class TrainConfig:
+class TrainConfig(InputDropoutConfig):
     """Everything that defines a training run (saved beside it as ``config.json``)."""
 
     model: str = "gcn"
@@ -49,13 +66,3 @@ class TrainConfig:
     def compressed(self) -> bool:
         """Whether training exchanges are compressed in either direction."""
         return self.compress_fwd != "none" or self.compress_bwd != "none"
-
-    def resolved_input_dropout(self) -> float:
-        """Input dropout, defaulting to :attr:`dropout`."""
-        return self.dropout if self.input_dropout is None else self.input_dropout
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict with ``input_dropout`` resolved."""
-        d = asdict(self)
-        d["input_dropout"] = self.resolved_input_dropout()
-        return d
