@@ -77,7 +77,7 @@ def worker(a: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     numba.set_num_threads(1)
     comm = create_communicator("mpi", detect_launch(), timeout_s=900)
-    part = load_partition(a.parts, comm.rank)
+    part = load_partition(a.parts, comm.rank, mmap=False)
     results = []
     for label, fwd, bwd, ef in CONFIGS:
         if label not in a.configs.split(","):

@@ -10,7 +10,9 @@ Measures in one run, each configuration in its own process (``mpirun`` for ours)
     ``4 B x total halo rows x sum over exchanges of their width`` (forward: every layer not
     precomputed, width min(in, out) as the layer transforms first when out <= in; backward: every
     layer after the first);
-(e) peak memory per rank at P = 4 against the one-process peak;
+(e) peak memory per rank at P = 4 against the one-process peak, as measured (RSS) and net of
+    the runtime floor: the peak of the same runs on a 3,000-node graph, i.e. what a process
+    holds whatever the graph (Python, torch, numba, MPI, the model);
 (f) the share of epoch time in communication, and what the overlap hides (same run with
     ``overlap=False``).
 
@@ -30,6 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The graph whose runs measure the memory floor of a rank: the process, torch, numba and MPI
+#: with (almost) no graph, the same model and steps.
+FLOOR_DATASET = "tiny-synth"
 
 
 # -- workers (run in their own processes) -------------------------------------------------------
@@ -56,7 +61,7 @@ def worker_ours(a: argparse.Namespace) -> None:
     if a.parts:
         from fullgraph.partition import load_partition
 
-        part = load_partition(a.parts, comm.rank)
+        part = load_partition(a.parts, comm.rank, mmap=False)
     else:
         from fullgraph.datasets.registry import load
         from fullgraph.local_graph import whole_graph_part
@@ -179,20 +184,22 @@ def _run(cmd: list[str], env: dict | None = None) -> dict:
     return res
 
 
-def _ensure_data(a: argparse.Namespace) -> dict[int, Path]:
+def _ensure_data(root: str, dataset: str, preset: str, out: str) -> dict[int, Path]:
+    """Generate ``dataset`` (synthetic ``preset``) under ``root`` if missing; partition it into
+    2 and 4 parts under ``out/parts``; return the partition directories."""
     from fullgraph.datasets.registry import load
     from fullgraph.partition import partition_graph
 
-    if not (Path(a.root) / a.dataset.replace("-", "_")).is_dir():
+    if not (Path(root) / dataset.replace("-", "_")).is_dir():
         from fullgraph.datasets.synthetic import generate_to
 
-        generate_to(a.preset, a.root, a.dataset, seed=0)
+        generate_to(preset, root, dataset, seed=0)
     graph = None
     parts = {}
     for p in (2, 4):
-        parts[p] = Path(a.out) / "parts" / f"{a.dataset}-{p}"
+        parts[p] = Path(out) / "parts" / f"{dataset}-{p}"
         if not (parts[p] / "meta.json").is_file():
-            graph = graph or load(a.dataset, a.root)
+            graph = graph or load(dataset, root)
             partition_graph(graph, p, parts[p], method="metis", seed=0, force=True)
     return parts
 
@@ -231,7 +238,8 @@ def main() -> None:
         return worker_pyg(a)
     from train_report import report  # sibling module (bench/ is on sys.path)
 
-    parts = _ensure_data(a)
+    parts = _ensure_data(a.root, a.dataset, a.preset, a.out)
+    floor_parts = _ensure_data(a.root, FLOOR_DATASET, "tiny", a.out)
     py = [sys.executable, str(Path(__file__).resolve())]
     mpirun = str(Path(sys.executable).parent / "mpirun")
     common = [
@@ -278,6 +286,12 @@ def main() -> None:
         ],
         env,
     )
+    print("(e) runtime floor: the same runs on the tiny graph (3,000 nodes)", flush=True)
+    floor = [*py, "--worker", "ours", "--root", a.root, "--dataset", FLOOR_DATASET]
+    floor += ["--epochs", "2", "--warmup", "1"]
+    runs["floor_p1"] = _run(floor, env)
+    floor += ["--parts", str(floor_parts[4]), "--transport", "mpi"]
+    runs["floor_p4_mpi"] = _run([mpirun, "-n", "4", *floor], env)
     report(runs, a, predicted_halo_bytes)
 
 

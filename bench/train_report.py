@@ -55,10 +55,24 @@ def report(runs: dict[str, dict], a: argparse.Namespace, formula: Callable) -> N
             )
         )
     mem = p4["peak_rss_mb"] / p1["peak_rss_mb"]
-    lines.append(_line("(e) peak RSS per rank P=4 / one process", mem, "<= 0.4", mem <= 0.4))
-    net = (p4["peak_rss_mb"] - p4["base_rss_mb"]) / (p1["peak_rss_mb"] - p1["base_rss_mb"])
     lines.append(
-        _line("    same, net of the runtime's import footprint", net, "<= 0.4", net <= 0.4)
+        _line(
+            f"(e) peak RSS per rank P=4 / one process ({p4['peak_rss_mb']:.0f} / "
+            f"{p1['peak_rss_mb']:.0f} MiB)",
+            mem,
+            "<= 0.4",
+            mem <= 0.4,
+        )
+    )
+    f1, f4 = runs["floor_p1"]["peak_rss_mb"], runs["floor_p4_mpi"]["peak_rss_mb"]
+    net = (p4["peak_rss_mb"] - f4) / (p1["peak_rss_mb"] - f1)
+    lines.append(
+        _line(
+            f"    same, net of the runtime floor ({f4:.0f} / {f1:.0f} MiB on 3,000 nodes)",
+            net,
+            "<= 0.4",
+            net <= 0.4,
+        )
     )
     for name in ("p2_mpi", "p2_gloo", "p4_mpi"):
         r = runs[name]

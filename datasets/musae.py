@@ -15,7 +15,6 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import pyarrow.csv as pacsv
 
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.ogb_writer import dataset_dir
@@ -31,6 +30,8 @@ _LABEL_COLUMN = {"facebook": "page_type", "github": "ml_target"}
 def _read_table(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise DataError(f"missing file: expected {path}")
+    import pyarrow.csv as pacsv  # imported here, as in the OGB reader
+
     table = pacsv.read_csv(path)
     return {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
 

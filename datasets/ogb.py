@@ -19,8 +19,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pacsv
 from tqdm import tqdm
 
 from fullgraph.atomic import atomic_dir, atomic_write_json
@@ -44,13 +42,13 @@ def _require(path: Path) -> Path:
 
 
 def read_csv_columns(
-    path: Path, dtype: pa.DataType, total_rows: int | None = None, desc: str = ""
+    path: Path, dtype: str, total_rows: int | None = None, desc: str = ""
 ) -> np.ndarray:
     """Read a headerless numeric CSV (plain or ``.gz``) into a 2-D numpy array.
 
     Args:
         path: the file.
-        dtype: arrow type of every column (``pa.int64()``, ``pa.float32()``...).
+        dtype: arrow type name of every column (``int64``, ``float32``, ``float64``).
         total_rows: expected rows, for the progress bar (``None``: unknown).
         desc: progress-bar label.
 
@@ -60,6 +58,9 @@ def read_csv_columns(
     Raises:
         DataError: the file is missing, empty or not numeric.
     """
+    import pyarrow as pa  # only when parsing raw files: ranks never pay its memory
+    import pyarrow.csv as pacsv
+
     _require(path)
     compression = "gzip" if path.suffix == ".gz" else None
     ro = pacsv.ReadOptions(autogenerate_column_names=True, block_size=1 << 24)
@@ -68,7 +69,8 @@ def read_csv_columns(
         first = pacsv.open_csv(stream, read_options=ro)
         ncols = len(first.schema)
         stream.close()
-        co = pacsv.ConvertOptions(column_types={f"f{j}": dtype for j in range(ncols)})
+        arrow_type = pa.type_for_alias(dtype)
+        co = pacsv.ConvertOptions(column_types={f"f{j}": arrow_type for j in range(ncols)})
         stream = pa.input_stream(str(path), compression=compression)
         reader = pacsv.open_csv(stream, read_options=ro, convert_options=co)
         chunks = []
@@ -96,7 +98,7 @@ def read_csv_columns(
 
 
 def _read_count(path: Path) -> int:
-    vals = read_csv_columns(path, pa.int64())
+    vals = read_csv_columns(path, "int64")
     return int(vals[0, 0])
 
 
@@ -179,7 +181,7 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
     n = _read_count(_require(raw / "num-node-list.csv.gz"))
     m = _read_count(_require(raw / "num-edge-list.csv.gz"))
     log.info("%s: reading %d edges of %d nodes", name, m, n)
-    edges = read_csv_columns(_require(raw / "edge.csv.gz"), pa.int64(), m, f"{name} edges")
+    edges = read_csv_columns(_require(raw / "edge.csv.gz"), "int64", m, f"{name} edges")
     if edges.shape[1] != 2:
         raise DataError(f"{raw / 'edge.csv.gz'}: expected 2 columns, found {edges.shape[1]}")
     if edges.shape[0] != m:
@@ -198,11 +200,11 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
     x = None
     feat = raw / "node-feat.csv.gz"
     if feat.is_file() or marker.get("has_features", True):
-        x = read_csv_columns(_require(feat), pa.float32(), n, f"{name} features")
+        x = read_csv_columns(_require(feat), "float32", n, f"{name} features")
         if x.shape[0] != n:
             raise DataError(f"{feat}: {x.shape[0]} feature rows but {n} nodes")
     label_path = _require(raw / "node-label.csv.gz")
-    yf = read_csv_columns(label_path, pa.float64(), n, f"{name} labels")
+    yf = read_csv_columns(label_path, "float64", n, f"{name} labels")
     if yf.shape[1] != 1:
         raise DataError(f"{label_path}: {yf.shape[1]} label columns; only single-label is read")
     yf = yf[:, 0]
@@ -216,7 +218,7 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
     masks = {}
     for key, fname in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
         p = _require(split / f"{fname}.csv.gz")
-        masks[key] = index_to_mask(read_csv_columns(p, pa.int64())[:, 0], n, str(p))
+        masks[key] = index_to_mask(read_csv_columns(p, "int64")[:, 0], n, str(p))
     return {"indptr": indptr, "indices": indices, "x": x, "y": y, **masks}
 
 

@@ -22,8 +22,6 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pacsv
 from tqdm import tqdm
 
 from fullgraph.atomic import atomic_dir, atomic_write_json
@@ -44,6 +42,9 @@ def dataset_dir(root: str | Path, name: str) -> Path:
 
 def _write_columns(path: Path, columns: dict[str, np.ndarray], desc: str) -> None:
     """Write equal-length columns as headerless CSV into ``path`` (gzip level 1), in batches."""
+    import pyarrow as pa  # imported here: ranks load this module but never write CSV
+    import pyarrow.csv as pacsv
+
     n = next(iter(columns.values())).shape[0]
     opts = pacsv.WriteOptions(include_header=False, batch_size=65536, quoting_style="none")
     with (

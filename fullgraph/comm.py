@@ -38,23 +38,32 @@ class PendingExchange:
         wait_fn: blocks until the data has landed (raising on timeout).
         recv: the buffer the data lands in, float [sum(recv_counts), width].
         on_done: called with the seconds spent waiting.
+        send: the buffer being sent, held until the exchange completes, then released.
     """
 
     def __init__(
-        self, wait_fn: Callable[[], None], recv: torch.Tensor, on_done: Callable[[float], None]
+        self,
+        wait_fn: Callable[[], None],
+        recv: torch.Tensor,
+        on_done: Callable[[float], None],
+        send: torch.Tensor | None = None,
     ) -> None:
-        self._wait_fn = wait_fn
+        self._wait_fn: Callable[[], None] | None = wait_fn
         self._recv = recv
         self._on_done = on_done
-        self._done = False
+        self._send = send
 
     def wait(self) -> torch.Tensor:
-        """Block until the exchange completes; return the received rows."""
-        if not self._done:
+        """Block until the exchange completes; return the received rows.
+
+        Once the data has landed the send buffer is released, so that it is not kept alive
+        while the caller computes with the received rows.
+        """
+        if self._wait_fn is not None:
             t0 = time.perf_counter()
             self._wait_fn()
             self._on_done(time.perf_counter() - t0)
-            self._done = True
+            self._wait_fn = self._send = None
         return self._recv
 
 
@@ -143,7 +152,7 @@ class Communicator:
         def booked(seconds: float) -> None:
             self.wait_s[tag] += seconds
 
-        return PendingExchange(wait_fn, recv, booked)
+        return PendingExchange(wait_fn, recv, booked, send)
 
     def allreduce_(
         self, tensor: torch.Tensor, op: str = "sum", tag: str = "reduce"

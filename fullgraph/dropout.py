@@ -199,6 +199,14 @@ def _relu_keep(x, gids, key, threshold, scale, out):  # pragma: no cover - JIT
                     out[i, j] = v * scale if (lane >= threshold and v > 0) else np.float32(0.0)
 
 
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _scale_where_positive(out, grad, scale, res):  # pragma: no cover - JIT
+    """res[i, j] = grad[i, j] * scale where out[i, j] > 0, else 0 (ReluDropout's backward)."""
+    for i in numba.prange(out.shape[0]):
+        for j in range(out.shape[1]):
+            res[i, j] = grad[i, j] * scale if out[i, j] > 0 else np.float32(0.0)
+
+
 def hashed_dropout(
     h: torch.Tensor, global_ids: np.ndarray, p: float, seed: int, epoch: int, layer: int
 ) -> torch.Tensor:
@@ -260,6 +268,12 @@ class ReluDropout(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
-        """``grad * scale`` where the output is positive, else 0."""
+        """``grad * scale`` where the output is positive, else 0 (one pass, one buffer)."""
         (out,) = ctx.saved_tensors
-        return grad * (out > 0) * ctx.scale, None, None, None, None, None
+        if grad.device.type == "cpu" and grad.dtype == torch.float32 and out.dim() == 2:
+            grad = grad.contiguous()
+            res = torch.empty_like(grad)
+            _scale_where_positive(out.numpy(), grad.numpy(), np.float32(ctx.scale), res.numpy())
+        else:
+            res = (grad * ctx.scale).masked_fill_(out <= 0, 0.0)
+        return res, None, None, None, None, None

@@ -140,7 +140,7 @@ class DecodingExchange:
     def __init__(
         self, pending: PendingExchange, decode_fn: Callable[[torch.Tensor], torch.Tensor]
     ) -> None:
-        self._pending = pending
+        self._pending: PendingExchange | None = pending
         self._decode = decode_fn
         self._rows: torch.Tensor | None = None
 
@@ -148,6 +148,7 @@ class DecodingExchange:
         """Block until the bytes have landed; decode them (once)."""
         if self._rows is None:
             self._rows = self._decode(self._pending.wait())
+            self._pending = None  # the received bytes are no longer needed
         return self._rows
 
 
@@ -171,6 +172,11 @@ class HaloExchange(torch.autograd.Function):
         return plan.scatter_back(grad, received), None
 
 
+#: Output elements of one row block of the halo product (8 MB of float32): the product is
+#: added into the inner result a block at a time, so its temporary stays this small.
+HALO_BLOCK_ELEMENTS = 1 << 21
+
+
 @dataclass
 class SplitOperator:
     """A local aggregation operator split by column block, with transposes for backward.
@@ -186,6 +192,40 @@ class SplitOperator:
     def __post_init__(self) -> None:
         self.inner_t = self.inner.t()
         self.halo_t = self.halo.t() if self.halo is not None else None
+        self._halo_blocks: dict[int, list[tuple[int, int, CSRMatrix]]] = {}
+
+    def add_halo_product(self, y: torch.Tensor, halo: torch.Tensor) -> torch.Tensor:
+        """``y += A_halo @ halo`` in place, one block of rows at a time.
+
+        Args:
+            y: the inner product, float [num_inner, W] (modified).
+            halo: the halo rows, float [num_halo, W].
+
+        Returns:
+            ``y``.
+        """
+        if self.halo is None or halo.shape[0] == 0:
+            return y
+        width = int(halo.shape[1])
+        blocks = self._halo_blocks.get(width)
+        if blocks is None:
+            blocks = self._halo_blocks[width] = _row_blocks(self.halo, width)
+        for start, stop, block in blocks:
+            y[start:stop] += spmm(block, halo)
+        return y
+
+
+def _row_blocks(a: CSRMatrix, width: int) -> list[tuple[int, int, CSRMatrix]]:
+    """``a``'s non-empty row blocks whose product with ``width`` columns holds at most
+    :data:`HALO_BLOCK_ELEMENTS` elements, as ``(start, stop, block)``."""
+    step = max(1, HALO_BLOCK_ELEMENTS // max(width, 1))
+    blocks = []
+    for start in range(0, a.num_rows, step):
+        stop = min(start + step, a.num_rows)
+        block = a.row_block(start, stop)
+        if block.nnz:
+            blocks.append((start, stop, block))
+    return blocks
 
 
 class HaloAggregate(torch.autograd.Function):
@@ -206,8 +246,8 @@ class HaloAggregate(torch.autograd.Function):
         y = spmm(op.inner, h)
         if pending is not None:
             halo = pending.wait()
-            if op.halo is not None and halo.shape[0]:
-                y = y + spmm(op.halo, halo)
+            del pending  # frees the received buffer with ``halo`` below
+            op.add_halo_product(y, halo)
         return y
 
     @staticmethod
@@ -223,6 +263,7 @@ class HaloAggregate(torch.autograd.Function):
             else:
                 grad_halo = grad_y.new_zeros((0, grad_y.shape[1]))
             pending = plan.start_backward(grad_halo, ctx.key)
+            del grad_halo  # the exchange holds it until the rows have left
             if not plan.overlap:
                 pending.wait()
         grad_h = spmm(op.inner_t, grad_y)

@@ -14,7 +14,6 @@ import hashlib
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from fullgraph.datasets import Graph
@@ -77,22 +76,35 @@ def whole_graph_part(graph: Graph) -> Partition:
 
 
 def _split_columns(a: CSRMatrix, num_inner: int) -> SplitOperator:
-    """Split ``a`` (rows = inner, columns = inner + halo) into its inner and halo blocks."""
-    m = a.to_scipy().tocsc()
-    inner = sp.csr_matrix(m[:, :num_inner])
-    halo = sp.csr_matrix(m[:, num_inner:]) if m.shape[1] > num_inner else None
-    index_dtype = torch.int32 if m.shape[1] < 2**31 else torch.int64
+    """Split ``a`` (rows = inner, columns = inner + halo) into its inner and halo blocks.
 
-    def wrap(block: sp.csr_matrix) -> CSRMatrix:
-        block.sort_indices()
-        return CSRMatrix(
-            torch.from_numpy(block.indptr.astype(np.int64)),
-            torch.from_numpy(block.indices.astype(np.int64)).to(index_dtype),
-            torch.from_numpy(block.data.astype(np.float32)),
-            num_cols=block.shape[1],
-        )
-
-    return SplitOperator(wrap(inner), wrap(halo) if halo is not None else None)
+    Both blocks keep every row's entries in ascending column order. Built with a mask and a
+    running count over the entries, so the only temporaries are one flag and one count per
+    entry (a CSC round trip through scipy held three copies of the matrix).
+    """
+    a = a.sorted_by_column()
+    num_halo = a.num_cols - num_inner
+    index_dtype = torch.int32 if a.num_cols < 2**31 else torch.int64
+    values = a.values if a.values is not None else torch.ones(a.nnz, dtype=torch.float32)
+    is_inner = a.indices < num_inner
+    before = torch.zeros(a.nnz + 1, dtype=torch.int64)
+    torch.cumsum(is_inner, 0, out=before[1:])
+    inner_ptr = before[a.indptr]  # inner entries before each row's start
+    del before
+    inner = CSRMatrix._trusted(
+        inner_ptr, a.indices[is_inner].to(index_dtype), values[is_inner], a.num_rows, num_inner
+    )
+    if num_halo == 0:
+        return SplitOperator(inner, None)
+    is_halo = is_inner.logical_not_()
+    halo = CSRMatrix._trusted(
+        a.indptr - inner_ptr,
+        (a.indices[is_halo] - num_inner).to(index_dtype),
+        values[is_halo],
+        a.num_rows,
+        num_halo,
+    )
+    return SplitOperator(inner, halo)
 
 
 def build_operator(part: Any, model: str) -> SplitOperator:
@@ -110,12 +122,10 @@ def build_operator(part: Any, model: str) -> SplitOperator:
     """
     ni, nh = int(part.num_inner), int(part.num_halo)
     base = CSRMatrix(
-        np.array(part.indptr, dtype=np.int64),  # copies: parts may be read-only mmaps
-        np.array(part.indices, dtype=np.int64),
-        num_cols=ni + nh,
+        as_tensor(part.indptr, np.int64), as_tensor(part.indices, np.int64), None, ni + nh
     )
     if model == "gcn":
-        deg = torch.from_numpy(np.array(part.in_degree, dtype=np.int64)) + 1
+        deg = as_tensor(part.in_degree, np.int64) + 1
         a = base.with_self_loops().gcn_normalized(deg[:ni], deg)
     elif model == "sage":
         a = base.mean_normalized()
@@ -124,12 +134,26 @@ def build_operator(part: Any, model: str) -> SplitOperator:
     return _split_columns(a, ni)
 
 
+def as_tensor(a: Any, dtype: type[np.generic]) -> torch.Tensor:
+    """``a`` as a CPU tensor of ``dtype``, sharing its memory when ``a`` is a writable,
+    contiguous in-memory array of that dtype, else a copy (read-only memory maps are copied,
+    so nothing writes through to a part file)."""
+    arr = np.asarray(a)
+    if arr.dtype == dtype and arr.flags.writeable and arr.flags.c_contiguous:
+        return torch.from_numpy(arr)
+    return torch.from_numpy(np.array(arr, dtype=dtype))
+
+
 def part_tensors(part: Any) -> dict[str, torch.Tensor]:
-    """Features, labels and masks of the inner nodes as torch tensors (copied from mmaps)."""
+    """Features, labels and masks of the inner nodes as torch tensors.
+
+    They share the part's arrays when those are in memory (``load_partition(mmap=False)``, a
+    whole graph), and copy them out of read-only memory maps.
+    """
     return {
-        "x": torch.from_numpy(np.array(part.x, dtype=np.float32)),
-        "y": torch.from_numpy(np.array(part.y, dtype=np.int64)),
-        "train": torch.from_numpy(np.array(part.train_mask, dtype=np.bool_)),
-        "val": torch.from_numpy(np.array(part.val_mask, dtype=np.bool_)),
-        "test": torch.from_numpy(np.array(part.test_mask, dtype=np.bool_)),
+        "x": as_tensor(part.x, np.float32),
+        "y": as_tensor(part.y, np.int64),
+        "train": as_tensor(part.train_mask, np.bool_),
+        "val": as_tensor(part.val_mask, np.bool_),
+        "test": as_tensor(part.test_mask, np.bool_),
     }

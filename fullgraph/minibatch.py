@@ -27,6 +27,7 @@ from fullgraph.datasets import Graph
 from fullgraph.errors import ConfigError, DataError
 from fullgraph.minibatch_model import block_forward, layerwise_inference, row_range, rows_operator
 from fullgraph.models import GNN, load_parameter_vector, parameter_vector
+from fullgraph.optim import Adam
 from fullgraph.resources import peak_rss_mb
 from fullgraph.sampler import NeighborSampler, global_batches, rank_share
 from fullgraph.train_config import InputDropoutConfig
@@ -103,8 +104,9 @@ class MinibatchTrainer:
         )
         flat = parameter_vector(self.model)
         load_parameter_vector(self.model, comm.broadcast_(flat, root=0))
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+        self.optimizer = Adam(
+            [{"params": self.model.parameters(), "weight_decay": config.weight_decay}],
+            lr=config.lr,
         )
 
     # -- one step ----------------------------------------------------------------------------
@@ -122,7 +124,7 @@ class MinibatchTrainer:
         stats = EpochStats()
         t0 = time.perf_counter()
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=False)
+        self.optimizer.zero_grad()
         seeds = rank_share(batch, self.comm.rank, self.comm.size)
         loss_sum = torch.zeros(())
         if seeds.size:

@@ -139,7 +139,9 @@ def _load_part(args: argparse.Namespace, rank: int):  # noqa: ANN202 - Partition
     if args.parts:
         from fullgraph.partition.load import load_partition
 
-        return load_partition(args.parts, rank, verify_checksums=not args.no_verify)
+        return load_partition(
+            args.parts, rank, mmap=False, verify_checksums=not args.no_verify
+        )
     from fullgraph.local_graph import whole_graph_part
 
     if args.synthetic:

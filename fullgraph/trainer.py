@@ -32,6 +32,7 @@ from fullgraph.models import (
     precompute_first_aggregate,
     sparse_features,
 )
+from fullgraph.optim import Adam
 from fullgraph.resources import peak_rss_mb
 from fullgraph.train_config import TrainConfig
 from fullgraph.train_log import injected_failure_epoch, write_epoch
@@ -120,7 +121,7 @@ class Trainer:
         first_ids = {id(p) for p in first}
         rest = [p for p in self.model.parameters() if id(p) not in first_ids]
         wd_rest = config.weight_decay if config.weight_decay_scope == "all" else 0.0
-        self.optimizer = torch.optim.Adam(
+        self.optimizer = Adam(
             [
                 {"params": first, "weight_decay": config.weight_decay},
                 {"params": rest, "weight_decay": wd_rest},
@@ -164,7 +165,7 @@ class Trainer:
         codec0 = compression.codec_s if compression is not None else 0.0
         t0 = time.perf_counter()
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=False)
+        self.optimizer.zero_grad()
         with self.ctx.plan.training_step(epoch):
             logits = self.model(self.data["x"], self.ctx, epoch=epoch, training=True)
             mask = self.data["train"]

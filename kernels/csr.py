@@ -147,6 +147,42 @@ class CSRMatrix:
         """Number of stored entries of every row, int64 [num_rows]."""
         return self.indptr[1:] - self.indptr[:-1]
 
+    def row_block(self, start: int, stop: int) -> CSRMatrix:
+        """Rows ``start:stop`` as a CSRMatrix sharing this matrix's index and value storage.
+
+        Only the row pointers of the block are new (rebased to start at 0).
+        """
+        if not 0 <= start <= stop <= self.num_rows:
+            raise DataError(f"CSRMatrix: row block {start}:{stop} outside 0:{self.num_rows}")
+        lo, hi = int(self.indptr[start]), int(self.indptr[stop])
+        return CSRMatrix._trusted(
+            self.indptr[start : stop + 1] - lo,
+            self.indices[lo:hi],
+            None if self.values is None else self.values[lo:hi],
+            stop - start,
+            self.num_cols,
+        )
+
+    def sorted_by_column(self) -> CSRMatrix:
+        """This matrix with every row's entries in ascending column order (``self`` if already).
+
+        A stable sort: duplicate entries keep their order.
+        """
+        if self.nnz < 2:
+            return self
+        key = self.row_of_entry() * self.num_cols + self.indices.to(torch.int64)
+        if bool((key[1:] >= key[:-1]).all()):
+            return self
+        order = torch.argsort(key, stable=True)
+        del key
+        return CSRMatrix._trusted(
+            self.indptr,
+            self.indices[order],
+            None if self.values is None else self.values[order],
+            self.num_rows,
+            self.num_cols,
+        )
+
     def to_scipy(self) -> sp.csr_matrix:
         """A scipy CSR copy (values of ones when unweighted)."""
         data = np.ones(self.nnz, np.float32) if self.values is None else self.values.cpu().numpy()

@@ -172,3 +172,30 @@ def test_to_torch_sparse_matches_without_warnings(recwarn):
     A = CSRMatrix(M.indptr, M.indices.astype(np.int32), M.data, num_cols=11)
     np.testing.assert_allclose(A.to_torch_sparse().to_dense().numpy(), M.toarray())
     assert not [w for w in recwarn if "sparse" in str(w.message).lower()]
+
+
+def test_row_block_shares_storage_and_matches_rows():
+    M = random_csr(20, 9, density=0.3, seed=3)
+    A = CSRMatrix(M.indptr, M.indices, M.data, num_cols=9)
+    B = A.row_block(5, 12)
+    assert B.shape == (7, 9) and int(B.indptr[0]) == 0
+    np.testing.assert_array_equal(B.to_scipy().toarray(), M[5:12].toarray())
+    assert B.indices.data_ptr() == A.indices[int(A.indptr[5]) :].data_ptr()
+    assert A.row_block(4, 4).nnz == 0
+    with pytest.raises(DataError, match="row block"):
+        A.row_block(3, 21)
+
+
+def test_sorted_by_column_is_stable_and_idempotent():
+    # rows with unsorted columns and a duplicate entry (1, 2) whose order must be kept
+    A = CSRMatrix(
+        torch.tensor([0, 3, 6]),
+        torch.tensor([4, 0, 2, 2, 1, 2]),
+        torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        num_cols=5,
+    )
+    S = A.sorted_by_column()
+    assert S.indices.tolist() == [0, 2, 4, 1, 2, 2]
+    assert S.values.tolist() == [2.0, 3.0, 1.0, 5.0, 4.0, 6.0]
+    assert S.sorted_by_column() is S
+    np.testing.assert_array_equal(S.to_scipy().toarray(), A.to_scipy().toarray())
