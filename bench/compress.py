@@ -72,10 +72,12 @@ def worker(a: argparse.Namespace) -> None:
     from fullgraph.comm import create_communicator
     from fullgraph.launch import detect_launch
     from fullgraph.partition import load_partition
+    from fullgraph.resources import release_freed_memory
     from fullgraph.trainer import TrainConfig, Trainer
 
     torch.set_num_threads(1)
     numba.set_num_threads(1)
+    release_freed_memory()  # as `fullgraph train` does
     comm = create_communicator("mpi", detect_launch(), timeout_s=900)
     part = load_partition(a.parts, comm.rank, mmap=False)
     results = []

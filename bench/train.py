@@ -39,9 +39,13 @@ FLOOR_DATASET = "tiny-synth"
 
 # -- workers (run in their own processes) -------------------------------------------------------
 def _setup_threads(threads: int) -> None:
+    """Threads, and the allocator setting ``fullgraph train`` makes (for every worker)."""
     import numba
     import torch
 
+    from fullgraph.resources import release_freed_memory
+
+    release_freed_memory()
     torch.set_num_threads(threads)
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 
@@ -184,22 +188,24 @@ def _run(cmd: list[str], env: dict | None = None) -> dict:
     return res
 
 
-def _ensure_data(root: str, dataset: str, preset: str, out: str) -> dict[int, Path]:
-    """Generate ``dataset`` (synthetic ``preset``) under ``root`` if missing; partition it into
-    2 and 4 parts under ``out/parts``; return the partition directories."""
+def _ensure_data(root: str, dataset: str, preset: str, out: str, scale: int = 1) -> dict[int, Path]:
+    """Generate ``dataset`` (synthetic ``preset``, ``scale`` times its nodes and edges) under
+    ``root`` if missing; partition it into 2 and 4 parts under ``out/parts``; return the
+    partition directories."""
     from fullgraph.datasets.registry import load
     from fullgraph.partition import partition_graph
 
     if not (Path(root) / dataset.replace("-", "_")).is_dir():
-        from fullgraph.datasets.synthetic import generate_to
+        from fullgraph.datasets.synthetic import PRESETS, generate, write_ogb
 
-        generate_to(preset, root, dataset, seed=0)
-    graph = None
+        cfg = PRESETS[preset]
+        sizes = {"num_nodes": cfg.num_nodes * scale, "num_edges": cfg.num_edges * scale}
+        write_ogb(generate(preset, seed=0, **sizes), root, dataset)
+    graph = load(dataset, root)  # parses the raw files once, so workers read the .npy cache
     parts = {}
     for p in (2, 4):
         parts[p] = Path(out) / "parts" / f"{dataset}-{p}"
         if not (parts[p] / "meta.json").is_file():
-            graph = graph or load(dataset, root)
             partition_graph(graph, p, parts[p], method="metis", seed=0, force=True)
     return parts
 
@@ -230,6 +236,12 @@ def main() -> None:
     ap.add_argument("--no-overlap", action="store_true")
     ap.add_argument("--epochs", type=int, default=5, help="timed epochs per configuration")
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument(
+        "--scale-check",
+        type=int,
+        default=3,
+        help="also measure (e) on a graph this many times larger (0: skip; default 3)",
+    )
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args()
     if a.worker == "ours":
@@ -292,6 +304,14 @@ def main() -> None:
     runs["floor_p1"] = _run(floor, env)
     floor += ["--parts", str(floor_parts[4]), "--transport", "mpi"]
     runs["floor_p4_mpi"] = _run([mpirun, "-n", "4", *floor], env)
+    if a.scale_check > 1:
+        big = f"{a.dataset}-x{a.scale_check}"
+        print(f"(e) at scale: {big}, {a.scale_check}x the nodes and edges", flush=True)
+        big_parts = _ensure_data(a.root, big, a.preset, a.out, a.scale_check)
+        big_common = [*common[:2], "--dataset", big, "--epochs", "2", "--warmup", "1"]
+        runs["scaled_p1"] = _run([*py, "--worker", "ours", *big_common], env)
+        big_common += ["--parts", str(big_parts[4]), "--transport", "mpi"]
+        runs["scaled_p4_mpi"] = _run([mpirun, "-n", "4", *py, "--worker", "ours", *big_common], env)
     report(runs, a, predicted_halo_bytes)
 
 

@@ -74,6 +74,24 @@ def report(runs: dict[str, dict], a: argparse.Namespace, formula: Callable) -> N
             net <= 0.4,
         )
     )
+    if "scaled_p1" in runs:
+        s1, s4 = runs["scaled_p1"]["peak_rss_mb"], runs["scaled_p4_mpi"]["peak_rss_mb"]
+        lines.append(
+            _line(
+                f"    same on the {a.scale_check}x graph ({s4:.0f} / {s1:.0f} MiB)",
+                s4 / s1,
+                "<= 0.4",
+                s4 / s1 <= 0.4,
+            )
+        )
+        lines.append(
+            _line(
+                f"    {a.scale_check}x graph, net of the runtime floor",
+                (s4 - f4) / (s1 - f1),
+                "<= 0.4",
+                (s4 - f4) / (s1 - f1) <= 0.4,
+            )
+        )
     for name in ("p2_mpi", "p2_gloo", "p4_mpi"):
         r = runs[name]
         frac = (r["comm_s"] + r["reduce_s"]) / r["step_s"]

@@ -3,6 +3,10 @@
 Parameters are identical on every rank, so rank 0 writes one file, ``<dir>/checkpoint.pt``, and
 every rank reads it on ``--resume``. The file is replaced atomically (temporary file, fsync,
 rename), so an interrupted write leaves the previous checkpoint intact.
+
+State that differs between ranks (the error-feedback residuals of compressed halo exchanges)
+goes to one file per rank and epoch, ``<dir>/rank-<r>-epoch-<e>.pt``, written before
+``checkpoint.pt`` names epoch ``e``; older ones are removed once a newer checkpoint is complete.
 """
 
 from __future__ import annotations
@@ -18,8 +22,23 @@ from fullgraph.errors import ConfigError
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
-#: Config keys that must match between the checkpoint and the resumed run.
-MODEL_KEYS = ("model", "layers", "hidden", "dropout", "input_dropout", "seed", "lr")
+#: Config keys that must match between the checkpoint and the resumed run (any of them changes
+#: the losses from the resumed epoch on).
+MODEL_KEYS = (
+    "model",
+    "layers",
+    "hidden",
+    "dropout",
+    "input_dropout",
+    "seed",
+    "lr",
+    "weight_decay",
+    "weight_decay_scope",
+    "normalize_features",
+    "compress_fwd",
+    "compress_bwd",
+    "error_feedback",
+)
 
 
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
@@ -75,3 +94,43 @@ def load_checkpoint(
                 f"--resume: {path} has {key}={saved.get(key)!r}, this run has {config.get(key)!r}"
             )
     return state
+
+
+def rank_state_path(directory: str | Path, rank: int, epoch: int) -> Path:
+    """Where rank ``rank`` keeps its own state of epoch ``epoch``."""
+    return Path(directory) / f"rank-{rank}-epoch-{epoch}.pt"
+
+
+def save_rank_state(directory: str | Path, rank: int, epoch: int, state: dict[str, Any]) -> Path:
+    """Write this rank's ``state`` for ``epoch`` atomically (see the module docstring)."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    path = rank_state_path(directory, rank, epoch)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def load_rank_state(directory: str | Path, rank: int, epoch: int) -> dict[str, Any]:
+    """Read this rank's state of ``epoch``.
+
+    Raises:
+        ConfigError: the file is missing or unreadable.
+    """
+    path = rank_state_path(directory, rank, epoch)
+    if not path.is_file():
+        raise ConfigError(
+            f"--resume: {path} is missing (rank {rank}'s error-feedback residuals of the "
+            f"checkpoint's epoch {epoch})"
+        )
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
+        raise ConfigError(f"--resume: cannot read {path} ({exc})") from exc
+
+
+def remove_rank_states(directory: str | Path, rank: int, before_epoch: int) -> None:
+    """Delete this rank's state files of epochs before ``before_epoch``."""
+    for path in Path(directory).glob(f"rank-{rank}-epoch-*.pt"):
+        epoch = path.stem.rsplit("-", 1)[-1]
+        if epoch.isdigit() and int(epoch) < before_epoch:
+            path.unlink(missing_ok=True)

@@ -32,6 +32,10 @@ from fullgraph.comm import Communicator, PendingExchange
 from fullgraph.compression import BACKWARD, FORWARD, HaloCompression, record_bytes
 from fullgraph.kernels import CSRMatrix, spmm
 
+#: Bytes of the largest send or receive buffer an uncompressed exchange may use at once; wider
+#: exchanges are split into column chunks (:meth:`HaloPlan.column_chunks`).
+EXCHANGE_CHUNK_BYTES = 16 << 20
+
 
 @dataclass
 class HaloPlan:
@@ -47,6 +51,8 @@ class HaloPlan:
         overlap: run the inner aggregation while the exchange is in flight (``False`` waits
             first; benchmarks use it to measure what the overlap hides).
         compression: codecs and error-feedback state of training exchanges, or ``None``.
+        max_rows: the most rows any rank sends or receives in one exchange (the same on every
+            rank: it sets how many column chunks an exchange is split into).
     """
 
     comm: Communicator
@@ -57,18 +63,44 @@ class HaloPlan:
     num_halo: int
     overlap: bool = True
     compression: HaloCompression | None = None
+    max_rows: int = 0
 
     @classmethod
     def from_partition(cls, part: Any, comm: Communicator) -> HaloPlan:
-        """Build the plan from a partition's ``send_index``/``send_offsets``/``recv_offsets``."""
+        """Build the plan from a partition's ``send_index``/``send_offsets``/``recv_offsets``.
+
+        A collective: every rank calls it (the largest exchange is agreed on by all-reduce).
+        """
+        send_counts = np.diff(np.asarray(part.send_offsets)).astype(int).tolist()
+        recv_counts = np.diff(np.asarray(part.recv_offsets)).astype(int).tolist()
+        rows = torch.tensor([float(max(sum(send_counts), sum(recv_counts)))], dtype=torch.float64)
         return cls(
             comm=comm,
             send_index=torch.from_numpy(np.array(part.send_index, dtype=np.int64)),
-            send_counts=np.diff(np.asarray(part.send_offsets)).astype(int).tolist(),
-            recv_counts=np.diff(np.asarray(part.recv_offsets)).astype(int).tolist(),
+            send_counts=send_counts,
+            recv_counts=recv_counts,
             num_inner=int(part.num_inner),
             num_halo=int(part.num_halo),
+            max_rows=int(comm.allreduce_(rows, "max", tag="setup")[0]),
         )
+
+    def column_chunks(
+        self, width: int, key: tuple[int, int] | None, direction: int
+    ) -> list[tuple[int, int]]:
+        """Column ranges ``(start, stop)`` an exchange of ``width`` columns is sent in.
+
+        Uncompressed exchanges whose largest buffer (over all ranks) exceeds
+        :data:`EXCHANGE_CHUNK_BYTES` go in equal column chunks, at most two in flight, so that
+        a rank holds two chunk-sized send and receive buffers instead of the whole exchange's.
+        Compressed exchanges (already 4-16x smaller) go whole.
+        """
+        comp = self.compression
+        if comp is not None and comp.active(key, direction):
+            return [(0, width)]
+        total = 4 * self.max_rows * width
+        chunks = max(1, min(width, -(-total // EXCHANGE_CHUNK_BYTES)))
+        step = -(-width // chunks)
+        return [(c, min(c + step, width)) for c in range(0, width, step)]
 
     @contextlib.contextmanager
     def training_step(self, epoch: int) -> Iterator[None]:
@@ -229,7 +261,11 @@ def _row_blocks(a: CSRMatrix, width: int) -> list[tuple[int, int, CSRMatrix]]:
 
 
 class HaloAggregate(torch.autograd.Function):
-    """``Y = A_inner @ H + A_halo @ halo(H)``, overlapping the exchange with the inner part."""
+    """``Y = A_inner @ H + A_halo @ halo(H)``, overlapping the exchange with the inner part.
+
+    A wide exchange goes in column chunks (:meth:`HaloPlan.column_chunks`): the next chunk is
+    in flight while the halo product of the current one is added.
+    """
 
     @staticmethod
     def forward(ctx: Any, h: torch.Tensor, op: SplitOperator, plan: HaloPlan) -> torch.Tensor:
@@ -239,15 +275,27 @@ class HaloAggregate(torch.autograd.Function):
             - ``h``: [num_inner, W] -> [num_inner, W].
         """
         ctx.op, ctx.plan = op, plan
-        ctx.key = plan.next_key() if plan.comm.size > 1 else None
-        pending = plan.start_forward(h, ctx.key) if plan.comm.size > 1 else None
-        if pending is not None and not plan.overlap:
-            pending.wait()
+        distributed = plan.comm.size > 1
+        ctx.key = plan.next_key() if distributed else None
+        if not distributed:
+            return spmm(op.inner, h)
+        chunks = plan.column_chunks(int(h.shape[1]), ctx.key, FORWARD)
+
+        def start(k: int) -> PendingExchange | DecodingExchange:
+            lo, hi = chunks[k]
+            pending = plan.start_forward(h if len(chunks) == 1 else h[:, lo:hi], ctx.key)
+            if not plan.overlap:
+                pending.wait()
+            return pending
+
+        pending = start(0)
         y = spmm(op.inner, h)
-        if pending is not None:
+        for k, (lo, hi) in enumerate(chunks):
+            following = start(k + 1) if k + 1 < len(chunks) else None
             halo = pending.wait()
-            del pending  # frees the received buffer with ``halo`` below
-            op.add_halo_product(y, halo)
+            pending = following
+            op.add_halo_product(y if len(chunks) == 1 else y[:, lo:hi], halo)
+            del halo  # at most two chunks' buffers are alive at any time
         return y
 
     @staticmethod
@@ -256,17 +304,23 @@ class HaloAggregate(torch.autograd.Function):
         op: SplitOperator = ctx.op
         plan: HaloPlan = ctx.plan
         grad_y = grad_y.contiguous()
-        pending = None
-        if plan.comm.size > 1:
-            if op.halo_t is not None:
-                grad_halo = spmm(op.halo_t, grad_y)
-            else:
-                grad_halo = grad_y.new_zeros((0, grad_y.shape[1]))
-            pending = plan.start_backward(grad_halo, ctx.key)
-            del grad_halo  # the exchange holds it until the rows have left
+        if plan.comm.size == 1:
+            return spmm(op.inner_t, grad_y), None, None
+        chunks = plan.column_chunks(int(grad_y.shape[1]), ctx.key, BACKWARD)
+
+        def start(k: int) -> PendingExchange | DecodingExchange:
+            lo, hi = chunks[k]
+            g = grad_y if len(chunks) == 1 else grad_y[:, lo:hi]
+            rows = g.new_zeros((0, hi - lo)) if op.halo_t is None else spmm(op.halo_t, g)
+            pending = plan.start_backward(rows, ctx.key)  # holds ``rows`` until they have left
             if not plan.overlap:
                 pending.wait()
+            return pending
+
+        pending = start(0)
         grad_h = spmm(op.inner_t, grad_y)
-        if pending is not None:
-            grad_h = plan.scatter_back(grad_h, pending.wait())
+        for k, (lo, hi) in enumerate(chunks):
+            following = start(k + 1) if k + 1 < len(chunks) else None
+            plan.scatter_back(grad_h if len(chunks) == 1 else grad_h[:, lo:hi], pending.wait())
+            pending = following
         return grad_h, None, None

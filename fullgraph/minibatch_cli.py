@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from fullgraph.faults import abort_job
     from fullgraph.launch import default_threads, detect_launch
     from fullgraph.minibatch import MinibatchConfig, MinibatchTrainer
+    from fullgraph.resources import release_freed_memory
 
     config = MinibatchConfig(
         fanouts=parse_fanouts(args.fanouts),
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    release_freed_memory()
     transport = args.transport
     if transport == "auto":
         transport = "mpi" if info.under_mpi else "local"

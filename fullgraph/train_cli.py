@@ -139,9 +139,7 @@ def _load_part(args: argparse.Namespace, rank: int):  # noqa: ANN202 - Partition
     if args.parts:
         from fullgraph.partition.load import load_partition
 
-        return load_partition(
-            args.parts, rank, mmap=False, verify_checksums=not args.no_verify
-        )
+        return load_partition(args.parts, rank, mmap=False, verify_checksums=not args.no_verify)
     from fullgraph.local_graph import whole_graph_part
 
     if args.synthetic:
@@ -165,6 +163,9 @@ def run_train(args: argparse.Namespace) -> int:
     from fullgraph.errors import ConfigError
     from fullgraph.faults import abort_job
     from fullgraph.launch import default_threads, detect_launch
+    from fullgraph.resources import release_freed_memory
+
+    release_freed_memory()
 
     _check_args(args)
     info = detect_launch()

@@ -18,7 +18,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fullgraph.checkpoint import load_checkpoint, save_checkpoint
+from fullgraph.checkpoint import (
+    load_checkpoint,
+    load_rank_state,
+    remove_rank_states,
+    save_checkpoint,
+    save_rank_state,
+)
 from fullgraph.comm import Communicator
 from fullgraph.compression import HaloCompression
 from fullgraph.errors import ConfigError
@@ -227,8 +233,25 @@ class Trainer:
         torch.set_rng_state(state["rng"])
         self.history = state["history"]
         self.start_epoch = int(state["epoch"]) + 1
+        compression = self.ctx.plan.compression
+        if compression is not None and compression.error_feedback:
+            mine = load_rank_state(self.config.checkpoint, self.comm.rank, int(state["epoch"]))
+            compression.residuals = {
+                (int(k[0]), int(k[1])): v for k, v in mine["residuals"].items()
+            }
 
     def _checkpoint(self, epoch: int) -> None:
+        """Write the checkpoint of ``epoch`` (every rank calls this, at the same epoch)."""
+        compression = self.ctx.plan.compression
+        per_rank = compression is not None and compression.error_feedback
+        if per_rank:  # residuals first: checkpoint.pt must never name an epoch without them
+            save_rank_state(
+                self.config.checkpoint,
+                self.comm.rank,
+                epoch,
+                {"residuals": dict(compression.residuals)},
+            )
+            self.comm.barrier()
         if self.comm.rank == 0:
             save_checkpoint(
                 self.config.checkpoint,
@@ -242,6 +265,9 @@ class Trainer:
                     "history": self.history,
                 },
             )
+        if per_rank:
+            self.comm.barrier()  # checkpoint.pt now names this epoch: older residuals can go
+            remove_rank_states(self.config.checkpoint, self.comm.rank, epoch)
 
     def fit(self, log: Any | None = None) -> dict[str, Any]:
         """Run the epochs; rank 0 prints a line per epoch and writes JSONL to ``log``.

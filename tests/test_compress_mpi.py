@@ -74,3 +74,36 @@ def test_cli_logs_compression_and_exact_bytes(small_partitions, tmp_path: Path) 
     assert final["compress_fwd"] == "int4" and final["error_feedback"] is True
     config = json.loads((tmp_path / "run.config.json").read_text())["config"]
     assert config["compress_bwd"] == "int2" and config["error_feedback"] is True
+
+
+@pytest.mark.timeout(300)
+def test_resume_with_error_feedback_is_exact(small_partitions, tmp_path: Path) -> None:
+    """The residuals of every rank are checkpointed: the resumed run loses nothing."""
+    args = ["-m", "fullgraph.cli", "train", "--parts", str(small_partitions[2]), "--quiet"]
+    args += ["--epochs", "4", "--compress-fwd", "int2", "--compress-bwd", "int2"]
+    args += ["--error-feedback"]
+    full, log, ckpt = tmp_path / "full.jsonl", tmp_path / "resumed.jsonl", tmp_path / "ckpt"
+    run_mpi(2, [*args, "--log-json", str(full)], 120)
+    with_ckpt = [*args, "--checkpoint", str(ckpt), "--checkpoint-every", "1"]
+    failed = run_mpi(
+        2,
+        [*with_ckpt, "--log-json", str(log)],
+        120,
+        expect_ok=False,
+        env={"FULLGRAPH_FAIL_AT": "1:4"},
+    )
+    assert failed.returncode != 0
+    assert sorted(p.name for p in ckpt.glob("rank-*.pt")) == [
+        "rank-0-epoch-3.pt",
+        "rank-1-epoch-3.pt",
+    ]
+    run_mpi(2, [*with_ckpt, "--resume", "--log-json", str(log)], 120)
+
+    def losses(path: Path) -> dict[int, float]:
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        return {r["epoch"]: r["loss"] for r in rows if not r.get("final")}
+
+    assert losses(log)[4] == losses(full)[4]
+    other = [a if a != "int2" else "int4" for a in with_ckpt]
+    refused = run_mpi(2, [*other, "--resume"], 120, expect_ok=False)
+    assert refused.returncode != 0 and "compress_fwd" in refused.stderr
