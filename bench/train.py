@@ -16,7 +16,7 @@ Measures in one run, each configuration in its own process (``mpirun`` for ours)
 (f) the share of epoch time in communication, and what the overlap hides (same run with
     ``overlap=False``).
 
-Usage: ``python bench/train.py [--epochs 5] [--out bench/results]``. Writes
+Usage: ``python bench/train.py [--epochs 5] [--scale-check 3] [--out bench/results]``. Writes
 ``OUT/train.csv`` (long format, bench/common.py) and ``OUT/train.png``.
 """
 
