@@ -79,6 +79,7 @@ def worker_ours(a: argparse.Namespace) -> None:
         input_dropout=0.0,
         precompute_first=a.precompute,
         quiet=True,
+        exchange_buffer_mb=a.exchange_buffer_mb,
     )
     tr = Trainer(part, comm, cfg)
     tr.ctx.plan.overlap = not a.no_overlap
@@ -234,6 +235,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--precompute", default="auto")
     ap.add_argument("--no-overlap", action="store_true")
+    ap.add_argument("--exchange-buffer-mb", type=float, default=256.0, help="(worker)")
     ap.add_argument("--epochs", type=int, default=5, help="timed epochs per configuration")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument(
@@ -311,7 +313,9 @@ def main() -> None:
         big_common = [*common[:2], "--dataset", big, "--epochs", "2", "--warmup", "1"]
         runs["scaled_p1"] = _run([*py, "--worker", "ours", *big_common], env)
         big_common += ["--parts", str(big_parts[4]), "--transport", "mpi"]
-        runs["scaled_p4_mpi"] = _run([mpirun, "-n", "4", *py, "--worker", "ours", *big_common], env)
+        p4 = [mpirun, "-n", "4", *py, "--worker", "ours", *big_common]
+        runs["scaled_p4_mpi"] = _run(p4, env)
+        runs["scaled_p4_mpi_sliced"] = _run([*p4, "--exchange-buffer-mb", "16"], env)
     report(runs, a, predicted_halo_bytes)
 
 

@@ -92,6 +92,17 @@ def report(runs: dict[str, dict], a: argparse.Namespace, formula: Callable) -> N
                 (s4 - f4) / (s1 - f1) <= 0.4,
             )
         )
+        sliced = runs["scaled_p4_mpi_sliced"]
+        lines.append(
+            _line(
+                f"    {a.scale_check}x graph, exchanges in 16 MiB slices "
+                f"({sliced['peak_rss_mb']:.0f} MiB, step x"
+                f"{sliced['step_s'] / runs['scaled_p4_mpi']['step_s']:.2f})",
+                sliced["peak_rss_mb"] / s1,
+                "<= 0.4",
+                sliced["peak_rss_mb"] / s1 <= 0.4,
+            )
+        )
     for name in ("p2_mpi", "p2_gloo", "p4_mpi"):
         r = runs[name]
         frac = (r["comm_s"] + r["reduce_s"]) / r["step_s"]

@@ -22,19 +22,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from fullgraph import exchange_chunks as slicing
 from fullgraph.comm import Communicator, PendingExchange
 from fullgraph.compression import BACKWARD, FORWARD, HaloCompression, record_bytes
+from fullgraph.exchange_chunks import ExchangeChunk
 from fullgraph.kernels import CSRMatrix, spmm
-
-#: Bytes of the largest send or receive buffer an uncompressed exchange may use at once; wider
-#: exchanges are split into column chunks (:meth:`HaloPlan.column_chunks`).
-EXCHANGE_CHUNK_BYTES = 16 << 20
 
 
 @dataclass
@@ -52,7 +50,9 @@ class HaloPlan:
             first; benchmarks use it to measure what the overlap hides).
         compression: codecs and error-feedback state of training exchanges, or ``None``.
         max_rows: the most rows any rank sends or receives in one exchange (the same on every
-            rank: it sets how many column chunks an exchange is split into).
+            rank: it sets how many slices a wide exchange goes in).
+        buffer_bytes: the largest send or receive buffer an uncompressed exchange may use; a
+            larger one goes in slices (:mod:`fullgraph.exchange_chunks`). Same on every rank.
     """
 
     comm: Communicator
@@ -64,6 +64,8 @@ class HaloPlan:
     overlap: bool = True
     compression: HaloCompression | None = None
     max_rows: int = 0
+    buffer_bytes: int = slicing.DEFAULT_BUFFER_BYTES
+    _slices: dict[int, list[ExchangeChunk]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_partition(cls, part: Any, comm: Communicator) -> HaloPlan:
@@ -84,23 +86,26 @@ class HaloPlan:
             max_rows=int(comm.allreduce_(rows, "max", tag="setup")[0]),
         )
 
-    def column_chunks(
+    def slices(
         self, width: int, key: tuple[int, int] | None, direction: int
-    ) -> list[tuple[int, int]]:
-        """Column ranges ``(start, stop)`` an exchange of ``width`` columns is sent in.
+    ) -> list[ExchangeChunk | None]:
+        """The slices an exchange of ``width`` columns goes in (``[None]``: whole).
 
-        Uncompressed exchanges whose largest buffer (over all ranks) exceeds
-        :data:`EXCHANGE_CHUNK_BYTES` go in equal column chunks, at most two in flight, so that
-        a rank holds two chunk-sized send and receive buffers instead of the whole exchange's.
-        Compressed exchanges (already 4-16x smaller) go whole.
+        Uncompressed exchanges whose largest buffer over all ranks exceeds
+        :attr:`buffer_bytes` go in slices of every peer's rows
+        (:mod:`fullgraph.exchange_chunks`); compressed ones (4-16x smaller) go whole.
         """
         comp = self.compression
         if comp is not None and comp.active(key, direction):
-            return [(0, width)]
-        total = 4 * self.max_rows * width
-        chunks = max(1, min(width, -(-total // EXCHANGE_CHUNK_BYTES)))
-        step = -(-width // chunks)
-        return [(c, min(c + step, width)) for c in range(0, width, step)]
+            return [None]
+        count = slicing.slice_count(self.max_rows, width, self.buffer_bytes)
+        if count == 1:
+            return [None]
+        if count not in self._slices:
+            self._slices[count] = slicing.exchange_chunks(
+                self.send_index, self.send_counts, self.recv_counts, count
+            )
+        return list(self._slices[count])
 
     @contextlib.contextmanager
     def training_step(self, epoch: int) -> Iterator[None]:
@@ -115,8 +120,16 @@ class HaloPlan:
         """``(epoch, exchange)`` of the next forward exchange in a step, else ``None``."""
         return None if self.compression is None else self.compression.next_key()
 
+    def _parts(self, piece: ExchangeChunk | None) -> tuple[torch.Tensor, list[int], list[int]]:
+        if piece is None:
+            return self.send_index, self.send_counts, self.recv_counts
+        return piece.send_index, piece.send_counts, piece.recv_counts
+
     def start_forward(
-        self, h_inner: torch.Tensor, key: tuple[int, int] | None = None
+        self,
+        h_inner: torch.Tensor,
+        key: tuple[int, int] | None = None,
+        piece: ExchangeChunk | None = None,
     ) -> PendingExchange | DecodingExchange:
         """Send boundary rows of ``h_inner``; the result's ``wait()`` gives the halo rows.
 
@@ -124,15 +137,21 @@ class HaloPlan:
             h_inner: rows of the inner nodes, float [num_inner, W].
             key: ``(epoch, exchange)`` from :meth:`next_key`: compress as configured; ``None``
                 sends float32.
+            piece: one slice of the exchange (:meth:`slices`), or ``None`` for all of it.
         """
-        send = h_inner.index_select(0, self.send_index.to(h_inner.device))
-        return self._start(send, self.send_counts, self.recv_counts, key, FORWARD)
+        index, send_counts, recv_counts = self._parts(piece)
+        send = h_inner.index_select(0, index.to(h_inner.device))
+        return self._start(send, send_counts, recv_counts, key, FORWARD)
 
     def start_backward(
-        self, grad_halo: torch.Tensor, key: tuple[int, int] | None = None
+        self,
+        grad_halo: torch.Tensor,
+        key: tuple[int, int] | None = None,
+        piece: ExchangeChunk | None = None,
     ) -> PendingExchange | DecodingExchange:
         """Send halo-row gradients back to their owners; ``wait()`` gives rows to sum."""
-        return self._start(grad_halo, self.recv_counts, self.send_counts, key, BACKWARD)
+        _, send_counts, recv_counts = self._parts(piece)
+        return self._start(grad_halo, recv_counts, send_counts, key, BACKWARD)
 
     def _start(
         self,
@@ -154,10 +173,16 @@ class HaloPlan:
         num_rows = sum(recv_counts)
         return DecodingExchange(pending, lambda b: comp.decode(b, num_rows, width, direction))
 
-    def scatter_back(self, grad_inner: torch.Tensor, received: torch.Tensor) -> torch.Tensor:
-        """Sum received halo gradients into their owners' rows (``index_add_``)."""
+    def scatter_back(
+        self,
+        grad_inner: torch.Tensor,
+        received: torch.Tensor,
+        piece: ExchangeChunk | None = None,
+    ) -> torch.Tensor:
+        """Sum received halo gradients (of slice ``piece``) into their owners' rows."""
         if received.shape[0]:
-            grad_inner.index_add_(0, self.send_index.to(grad_inner.device), received)
+            index = self._parts(piece)[0]
+            grad_inner.index_add_(0, index.to(grad_inner.device), received)
         return grad_inner
 
 
@@ -224,25 +249,42 @@ class SplitOperator:
     def __post_init__(self) -> None:
         self.inner_t = self.inner.t()
         self.halo_t = self.halo.t() if self.halo is not None else None
-        self._halo_blocks: dict[int, list[tuple[int, int, CSRMatrix]]] = {}
+        self._pieces: dict[tuple[int, int], CSRMatrix] = {}
+        self._blocks: dict[tuple[int, int, int], list[tuple[int, int, CSRMatrix]]] = {}
 
-    def add_halo_product(self, y: torch.Tensor, halo: torch.Tensor) -> torch.Tensor:
+    def halo_columns(self, piece: ExchangeChunk | None) -> CSRMatrix | None:
+        """The halo block's columns of the halo rows slice ``piece`` brings (all for ``None``);
+        its transpose (``.t()``) is built with it."""
+        if piece is None or self.halo is None:
+            return self.halo
+        key = (piece.count, piece.index)
+        if key not in self._pieces:
+            block = self.halo.select_columns(piece.halo_rows.to(self.halo.device))
+            block.t()
+            self._pieces[key] = block
+        return self._pieces[key]
+
+    def add_halo_product(
+        self, y: torch.Tensor, halo: torch.Tensor, piece: ExchangeChunk | None = None
+    ) -> torch.Tensor:
         """``y += A_halo @ halo`` in place, one block of rows at a time.
 
         Args:
             y: the inner product, float [num_inner, W] (modified).
-            halo: the halo rows, float [num_halo, W].
+            halo: the halo rows (of slice ``piece``), float [rows, W].
+            piece: the slice ``halo`` holds, or ``None`` for all halo rows.
 
         Returns:
             ``y``.
         """
-        if self.halo is None or halo.shape[0] == 0:
+        a = self.halo_columns(piece)
+        if a is None or halo.shape[0] == 0:
             return y
         width = int(halo.shape[1])
-        blocks = self._halo_blocks.get(width)
-        if blocks is None:
-            blocks = self._halo_blocks[width] = _row_blocks(self.halo, width)
-        for start, stop, block in blocks:
+        key = (-1, -1, width) if piece is None else (piece.count, piece.index, width)
+        if key not in self._blocks:
+            self._blocks[key] = _row_blocks(a, width)
+        for start, stop, block in self._blocks[key]:
             y[start:stop] += spmm(block, halo)
         return y
 
@@ -263,8 +305,8 @@ def _row_blocks(a: CSRMatrix, width: int) -> list[tuple[int, int, CSRMatrix]]:
 class HaloAggregate(torch.autograd.Function):
     """``Y = A_inner @ H + A_halo @ halo(H)``, overlapping the exchange with the inner part.
 
-    A wide exchange goes in column chunks (:meth:`HaloPlan.column_chunks`): the next chunk is
-    in flight while the halo product of the current one is added.
+    A wide exchange goes in slices (:meth:`HaloPlan.slices`): the next slice is in flight
+    while the halo product of the current one is added.
     """
 
     @staticmethod
@@ -275,27 +317,26 @@ class HaloAggregate(torch.autograd.Function):
             - ``h``: [num_inner, W] -> [num_inner, W].
         """
         ctx.op, ctx.plan = op, plan
-        distributed = plan.comm.size > 1
-        ctx.key = plan.next_key() if distributed else None
-        if not distributed:
+        if plan.comm.size == 1:
+            ctx.key = None
             return spmm(op.inner, h)
-        chunks = plan.column_chunks(int(h.shape[1]), ctx.key, FORWARD)
+        ctx.key = plan.next_key()
+        pieces = plan.slices(int(h.shape[1]), ctx.key, FORWARD)
 
         def start(k: int) -> PendingExchange | DecodingExchange:
-            lo, hi = chunks[k]
-            pending = plan.start_forward(h if len(chunks) == 1 else h[:, lo:hi], ctx.key)
+            pending = plan.start_forward(h, ctx.key, pieces[k])
             if not plan.overlap:
                 pending.wait()
             return pending
 
         pending = start(0)
         y = spmm(op.inner, h)
-        for k, (lo, hi) in enumerate(chunks):
-            following = start(k + 1) if k + 1 < len(chunks) else None
+        for k, piece in enumerate(pieces):
+            following = start(k + 1) if k + 1 < len(pieces) else None
             halo = pending.wait()
             pending = following
-            op.add_halo_product(y if len(chunks) == 1 else y[:, lo:hi], halo)
-            del halo  # at most two chunks' buffers are alive at any time
+            op.add_halo_product(y, halo, piece)
+            del halo  # at most two slices' buffers are alive at any time
         return y
 
     @staticmethod
@@ -306,21 +347,23 @@ class HaloAggregate(torch.autograd.Function):
         grad_y = grad_y.contiguous()
         if plan.comm.size == 1:
             return spmm(op.inner_t, grad_y), None, None
-        chunks = plan.column_chunks(int(grad_y.shape[1]), ctx.key, BACKWARD)
+        pieces = plan.slices(int(grad_y.shape[1]), ctx.key, BACKWARD)
 
         def start(k: int) -> PendingExchange | DecodingExchange:
-            lo, hi = chunks[k]
-            g = grad_y if len(chunks) == 1 else grad_y[:, lo:hi]
-            rows = g.new_zeros((0, hi - lo)) if op.halo_t is None else spmm(op.halo_t, g)
-            pending = plan.start_backward(rows, ctx.key)  # holds ``rows`` until they have left
+            a = op.halo_columns(pieces[k])
+            if a is None:
+                rows = grad_y.new_zeros((0, grad_y.shape[1]))
+            else:
+                rows = spmm(a.t(), grad_y)
+            pending = plan.start_backward(rows, ctx.key, pieces[k])  # holds ``rows`` until sent
             if not plan.overlap:
                 pending.wait()
             return pending
 
         pending = start(0)
         grad_h = spmm(op.inner_t, grad_y)
-        for k, (lo, hi) in enumerate(chunks):
-            following = start(k + 1) if k + 1 < len(chunks) else None
-            plan.scatter_back(grad_h if len(chunks) == 1 else grad_h[:, lo:hi], pending.wait())
+        for k, piece in enumerate(pieces):
+            following = start(k + 1) if k + 1 < len(pieces) else None
+            plan.scatter_back(grad_h, pending.wait(), piece)
             pending = following
         return grad_h, None, None

@@ -78,32 +78,14 @@ def whole_graph_part(graph: Graph) -> Partition:
 def _split_columns(a: CSRMatrix, num_inner: int) -> SplitOperator:
     """Split ``a`` (rows = inner, columns = inner + halo) into its inner and halo blocks.
 
-    Both blocks keep every row's entries in ascending column order. Built with a mask and a
-    running count over the entries, so the only temporaries are one flag and one count per
-    entry (a CSC round trip through scipy held three copies of the matrix).
+    Both blocks keep every row's entries in ascending column order.
     """
     a = a.sorted_by_column()
-    num_halo = a.num_cols - num_inner
     index_dtype = torch.int32 if a.num_cols < 2**31 else torch.int64
-    values = a.values if a.values is not None else torch.ones(a.nnz, dtype=torch.float32)
-    is_inner = a.indices < num_inner
-    before = torch.zeros(a.nnz + 1, dtype=torch.int64)
-    torch.cumsum(is_inner, 0, out=before[1:])
-    inner_ptr = before[a.indptr]  # inner entries before each row's start
-    del before
-    inner = CSRMatrix._trusted(
-        inner_ptr, a.indices[is_inner].to(index_dtype), values[is_inner], a.num_rows, num_inner
-    )
-    if num_halo == 0:
+    inner = a.select_columns(torch.arange(num_inner)).with_indices(index_dtype)
+    if a.num_cols == num_inner:
         return SplitOperator(inner, None)
-    is_halo = is_inner.logical_not_()
-    halo = CSRMatrix._trusted(
-        a.indptr - inner_ptr,
-        (a.indices[is_halo] - num_inner).to(index_dtype),
-        values[is_halo],
-        a.num_rows,
-        num_halo,
-    )
+    halo = a.select_columns(torch.arange(num_inner, a.num_cols)).with_indices(index_dtype)
     return SplitOperator(inner, halo)
 
 

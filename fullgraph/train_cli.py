@@ -57,6 +57,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="auto",
         help="aggregate the input features once (exact; auto = when input dropout is 0)",
     )
+    m.add_argument(
+        "--exchange-buffer-mb",
+        type=float,
+        default=256.0,
+        metavar="MB",
+        help="largest halo send/receive buffer; a wider uncompressed exchange goes in slices "
+        "of every peer's rows, at most two in flight (less memory, some time per slice; "
+        "default 256)",
+    )
     c = p.add_argument_group("halo compression (training exchanges; evaluation sends float32)")
     codecs = ("none", "fp16", "bf16", "int8", "int4", "int2")  # fullgraph.compression.CODECS
     c.add_argument(
@@ -246,6 +255,7 @@ def _train(args: argparse.Namespace, comm, info, threads: int) -> int:  # noqa: 
         compress_fwd=args.compress_fwd,
         compress_bwd=args.compress_bwd,
         error_feedback=args.error_feedback,
+        exchange_buffer_mb=args.exchange_buffer_mb,
     )
     trainer = Trainer(part, comm, cfg)
     if args.resume:

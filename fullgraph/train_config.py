@@ -52,9 +52,14 @@ class TrainConfig(InputDropoutConfig):
     compress_fwd: str = "none"  # halo activations: none | fp16 | bf16 | int8 | int4 | int2
     compress_bwd: str = "none"  # halo gradients: same choices
     error_feedback: bool = False  # carry each sent row's quantization residual to the next step
+    exchange_buffer_mb: float = 256.0  # larger uncompressed halo exchanges go in slices
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not self.exchange_buffer_mb > 0:
+            raise ConfigError(
+                f"--exchange-buffer-mb must be positive, got {self.exchange_buffer_mb}"
+            )
         check_codec(self.compress_fwd, "--compress-fwd")
         check_codec(self.compress_bwd, "--compress-bwd")
         if self.error_feedback and self.compress_fwd == self.compress_bwd == "none":

@@ -99,6 +99,7 @@ class Trainer:
             global_ids=np.asarray(part.global_ids[: part.num_inner], dtype=np.int64),
             seed=config.seed,
         )
+        self.ctx.plan.buffer_bytes = int(config.exchange_buffer_mb * 2**20)
         if config.compressed:
             self.ctx.plan.compression = HaloCompression(
                 config.compress_fwd,

@@ -163,6 +163,25 @@ class CSRMatrix:
             self.num_cols,
         )
 
+    def select_columns(self, columns: torch.Tensor) -> CSRMatrix:
+        """The given columns (distinct, ascending) as a new matrix: its column ``j`` is column
+        ``columns[j]`` here. Rows keep their entries' order; indices keep their dtype."""
+        cols = torch.as_tensor(columns, dtype=torch.int64, device=self.device)
+        position = torch.full((self.num_cols,), -1, dtype=torch.int64, device=self.device)
+        position[cols] = torch.arange(cols.numel(), dtype=torch.int64, device=self.device)
+        mapped = position[self.indices.to(torch.int64)]
+        del position
+        keep = mapped >= 0
+        before = torch.zeros(self.nnz + 1, dtype=torch.int64, device=self.device)
+        torch.cumsum(keep, 0, out=before[1:])
+        return CSRMatrix._trusted(
+            before[self.indptr],  # entries kept before each row's start
+            mapped[keep].to(self.indices.dtype),
+            None if self.values is None else self.values[keep],
+            self.num_rows,
+            int(cols.numel()),
+        )
+
     def sorted_by_column(self) -> CSRMatrix:
         """This matrix with every row's entries in ascending column order (``self`` if already).
 

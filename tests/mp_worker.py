@@ -28,20 +28,23 @@ VARIANTS = [
     ("sage_pre", "sage", 0.0),
     ("sage_chunked", "sage", 0.5),
 ]
-#: Variants whose exchanges go in column chunks of this many bytes at most (one column each
-#: here), so that the pipelined chunked exchange is checked against one process too.
-CHUNK_BYTES = {"sage_chunked": 64}
+#: Variants whose exchanges go in this many slices (``fullgraph.exchange_chunks``; shares of
+#: uneven size, some empty), so that the pipelined sliced exchange is checked too.
+SLICES = {"sage_chunked": 7}
 
 
 def run_variants(part: Any, comm: Any) -> dict[str, np.ndarray]:
     """Logits and gradients of step 1 and losses of :data:`EPOCHS` epochs, per variant."""
-    import fullgraph.halo as halo
+    import fullgraph.exchange_chunks as slicing
     from fullgraph.trainer import TrainConfig, Trainer
 
     out: dict[str, np.ndarray] = {}
-    default_chunk_bytes = halo.EXCHANGE_CHUNK_BYTES
+    default_count = slicing.slice_count
     for name, model, in_drop in VARIANTS:
-        halo.EXCHANGE_CHUNK_BYTES = CHUNK_BYTES.get(name, default_chunk_bytes)
+        if name in SLICES:
+            slicing.slice_count = lambda rows, width, budget, n=SLICES[name]: n
+        else:
+            slicing.slice_count = default_count
         cfg = TrainConfig(
             model=model,
             layers=2 if model == "gcn" else 3,
@@ -55,8 +58,8 @@ def run_variants(part: Any, comm: Any) -> dict[str, np.ndarray]:
             quiet=True,
         )
         tr = Trainer(part, comm, cfg)
-        if name in CHUNK_BYTES and comm.size > 1:
-            assert len(tr.ctx.plan.column_chunks(16, None, 0)) == 16, "not chunked"
+        if name in SLICES and comm.size > 1:
+            assert len(tr.ctx.plan.slices(16, None, 0)) == SLICES[name], "not sliced"
         step = tr.train_step(1)
         logits = tr.gather_logits(step.logits)
         grads = torch.cat([p.grad.reshape(-1) for p in tr.model.parameters()]).numpy().copy()
@@ -65,7 +68,7 @@ def run_variants(part: Any, comm: Any) -> dict[str, np.ndarray]:
             out[f"{name}/logits"] = logits
             out[f"{name}/grads"] = grads
             out[f"{name}/losses"] = np.asarray(losses)
-    halo.EXCHANGE_CHUNK_BYTES = default_chunk_bytes
+    slicing.slice_count = default_count
     return out
 
 

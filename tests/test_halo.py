@@ -35,3 +35,50 @@ def test_no_halo_leaves_the_product_alone():
     inner = _csr(8, 8, 0.3, 2)
     y = torch.randn(8, 4)
     assert torch.equal(SplitOperator(inner, None).add_halo_product(y.clone(), torch.zeros(0, 4)), y)
+
+
+@pytest.mark.parametrize("slices", [1, 3, 8])
+def test_exchange_slices_cover_every_row_once_in_peer_order(slices):
+    from fullgraph.exchange_chunks import exchange_chunks
+
+    send_counts, recv_counts = [4, 0, 7], [5, 2, 0]
+    send_index = torch.arange(100, 111)
+    pieces = exchange_chunks(send_index, send_counts, recv_counts, slices)
+    assert [p.index for p in pieces] == list(range(slices))
+    # per peer, the slices' counts add up and the rows come in order
+    assert [sum(p.send_counts[q] for p in pieces) for q in range(3)] == send_counts
+    assert [sum(p.recv_counts[q] for p in pieces) for q in range(3)] == recv_counts
+    sent = torch.cat([p.send_index for p in pieces])
+    assert sorted(sent.tolist()) == send_index.tolist()
+    halo = torch.cat([p.halo_rows for p in pieces])
+    assert sorted(halo.tolist()) == list(range(7))
+    for p in pieces:
+        assert p.halo_rows.tolist() == sorted(p.halo_rows.tolist())
+        assert sum(p.send_counts) == p.send_index.numel()
+
+
+def test_slice_count_bounds_the_buffer():
+    from fullgraph.exchange_chunks import slice_count
+
+    assert slice_count(1000, 256, 16 << 20) == 1
+    assert slice_count(100_000, 256, 16 << 20) == 7  # 102.4 MB in 16 MiB buffers
+    assert slice_count(3, 256, 1) == 3  # never more slices than rows
+    assert slice_count(0, 256, 1) == 1
+
+
+def test_sliced_halo_products_add_up_to_the_whole():
+    from fullgraph.exchange_chunks import exchange_chunks
+
+    inner, halo = _csr(30, 30, 0.1, 4), _csr(30, 12, 0.2, 5)
+    op = SplitOperator(inner, halo)
+    h_halo = torch.randn(12, 6)
+    whole = op.add_halo_product(torch.zeros(30, 6), h_halo)
+    pieces = exchange_chunks(torch.arange(0), [0, 0], [5, 7], 4)
+    parts = torch.zeros(30, 6)
+    for p in pieces:
+        op.add_halo_product(parts, h_halo[p.halo_rows], p)
+        np.testing.assert_array_equal(
+            op.halo_columns(p).t().to_scipy().toarray(),
+            halo.to_scipy().toarray()[:, p.halo_rows.numpy()].T,
+        )
+    torch.testing.assert_close(parts, whole, rtol=1e-6, atol=1e-6)

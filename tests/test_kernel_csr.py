@@ -199,3 +199,13 @@ def test_sorted_by_column_is_stable_and_idempotent():
     assert S.values.tolist() == [2.0, 3.0, 1.0, 5.0, 4.0, 6.0]
     assert S.sorted_by_column() is S
     np.testing.assert_array_equal(S.to_scipy().toarray(), A.to_scipy().toarray())
+
+
+def test_select_columns_renumbers_and_keeps_row_order():
+    M = random_csr(9, 14, density=0.4, seed=5)
+    A = CSRMatrix(M.indptr, M.indices.astype(np.int32), M.data, num_cols=14)
+    cols = torch.tensor([1, 4, 5, 12])
+    S = A.select_columns(cols)
+    assert S.shape == (9, 4) and S.indices.dtype == torch.int32
+    np.testing.assert_array_equal(S.to_scipy().toarray(), M.toarray()[:, cols.numpy()])
+    assert A.select_columns(torch.arange(0)).nnz == 0

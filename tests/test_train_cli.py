@@ -95,3 +95,5 @@ def test_one_process_cli_and_bad_options(small_graph, tmp_path: Path, capsys) ->
     assert "exactly one of --parts" in capsys.readouterr().err
     assert cli_main(["train", "--synthetic", "tiny", "--resume"]) == 2
     assert "--resume needs --checkpoint" in capsys.readouterr().err
+    assert cli_main(["train", "--synthetic", "tiny", "--exchange-buffer-mb", "0"]) == 2
+    assert "--exchange-buffer-mb must be positive" in capsys.readouterr().err
