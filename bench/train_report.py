@@ -134,7 +134,7 @@ def _plot(runs: dict[str, dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.5))
     names = list(runs)
     step = [runs[n]["step_s"] for n in names]
     comm = [runs[n].get("comm_s", 0.0) + runs[n].get("reduce_s", 0.0) for n in names]
@@ -155,7 +155,8 @@ def _plot(runs: dict[str, dict], path: Path) -> None:
     axes[2].set_ylabel("peak RSS per rank, MiB")
     axes[2].legend()
     for ax in axes:
-        ax.tick_params(axis="x", rotation=45)
+        ax.tick_params(axis="x", rotation=50)
+        plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
     fig.suptitle("fullgraph trainer: 3-layer GCN, hidden 256, arxiv-like synthetic graph")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
