@@ -3,7 +3,8 @@
 #   1. the kernel tests natively on CUDA (Triton compiled, not interpreted),
 #   2. an arxiv-like graph generated here (`fullgraph data synth --preset arxiv`),
 #   3. bench/kernels.py --device cuda at F=128: ours (Triton) vs torch.sparse.mm (cuSPARSE),
-#      printing the ratios and the fraction of HBM bandwidth (targets: >= 1.0x, >= 50%).
+#      printing the ratios and the fraction of HBM bandwidth (targets: >= 1.0x, >= 50%),
+#   4. `fullgraph train --device cuda`: 10 epochs of the 3-layer GCN, its median epoch time.
 # Usage: bash bench/gpu_check.sh [OUT_DIR]      (PYTHON=... to choose the interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,3 +35,17 @@ fi
 echo "== 3. spmm on the GPU vs cuSPARSE (F=128)"
 timeout 120 "$PY" bench/kernels.py --device cuda --graphs arxiv --features 64,128,256 --rounds 20 \
   --data-root "$DATA" --out "$OUT_DIR/kernels_gpu.csv"
+
+echo "== 4. one GPU: training epochs of the 3-layer GCN (hidden 256) on the arxiv-like graph"
+timeout 240 "$PY" -m fullgraph.cli train --dataset arxiv-synth --root "$DATA" --device cuda \
+  --model gcn --layers 3 --hidden 256 --dropout 0.5 --input-dropout 0 --epochs 10 --quiet \
+  --log-json "$OUT_DIR/gpu_train.jsonl"
+"$PY" - "$OUT_DIR/gpu_train.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+epochs = [r for r in rows if not r.get("final")]
+final = rows[-1]
+print(f"one GPU, 3-layer GCN hidden 256 on arxiv-synth: median epoch {final['median_epoch_s']:.4f} s "
+      f"(first {epochs[0]['epoch_s']:.3f} s), step {epochs[-1]['compute_s']:.4f} s compute, "
+      f"test acc {final['test_acc']:.4f}, peak host RSS {max(r['peak_rss_mb'] for r in epochs):.0f} MiB")
+PY

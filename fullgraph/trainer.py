@@ -83,6 +83,10 @@ class Trainer:
             )
         self.part, self.comm, self.config = part, comm, config
         self.device = torch.device(config.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(
+                f"--device {config.device}, but torch {torch.__version__} sees no CUDA device"
+            )
         if comm.transport == "mpi" and self.device.type != "cpu":
             raise ConfigError("transport mpi exchanges host buffers: use --device cpu (or nccl)")
         self.data = part_tensors(part)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from mp_utils import one_thread, run_mpi
 
 from fullgraph.cli import main as cli_main
@@ -97,3 +98,6 @@ def test_one_process_cli_and_bad_options(small_graph, tmp_path: Path, capsys) ->
     assert "--resume needs --checkpoint" in capsys.readouterr().err
     assert cli_main(["train", "--synthetic", "tiny", "--exchange-buffer-mb", "0"]) == 2
     assert "--exchange-buffer-mb must be positive" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert cli_main(["train", "--synthetic", "tiny", "--device", "cuda"]) == 2
+        assert "sees no CUDA device" in capsys.readouterr().err
