@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import torch
 
 from fullgraph.errors import ConfigError
-from fullgraph.kernels import QuantizedRows, cast_half, dequantize, quantize, record_nbytes
+from fullgraph.kernels import cast_half, dequantize_bytes, quantize_to_bytes, record_nbytes
 
 CODECS = ("none", "fp16", "bf16", "int8", "int4", "int2")
 FORWARD, BACKWARD = 0, 1
@@ -72,7 +72,7 @@ def encode(codec: str, rows: torch.Tensor, seed: int, stochastic: bool = True) -
     """
     check_codec(codec, "codec")
     if codec in _BITS:
-        return quantize(rows, _BITS[codec], stochastic=stochastic, seed=seed).to_bytes()
+        return quantize_to_bytes(rows, _BITS[codec], stochastic=stochastic, seed=seed)
     if codec in _HALF:
         return cast_half(rows, codec).contiguous().view(torch.uint8).reshape(-1)
     return rows.to(torch.float32).contiguous().view(torch.uint8).reshape(-1)
@@ -82,7 +82,7 @@ def decode(codec: str, buf: torch.Tensor, num_rows: int, width: int) -> torch.Te
     """Float32 [num_rows, width] rows from an :func:`encode` buffer."""
     check_codec(codec, "codec")
     if codec in _BITS:
-        return dequantize(QuantizedRows.from_bytes(buf, num_rows, width, _BITS[codec]))
+        return dequantize_bytes(buf, num_rows, width, _BITS[codec])
     dtype = _HALF.get(codec, torch.float32)
     return buf.view(dtype).reshape(num_rows, width).to(torch.float32)
 
@@ -168,13 +168,17 @@ class HaloCompression:
         seed = exchange_seed(self.seed, key[0], key[1], direction, self.rank)
         x = rows.detach().to(torch.float32)
         slot = (key[1], direction)
-        if self.error_feedback:
-            residual = self.residuals.get(slot)
-            if residual is not None and residual.shape == x.shape:
-                x = x + residual
-        buf = encode(codec, x, seed, self.stochastic)
-        if self.error_feedback:
-            self.residuals[slot] = x - decode(codec, buf, x.shape[0], x.shape[1])
+        residual = self.residuals.get(slot) if self.error_feedback else None
+        if self.error_feedback and (residual is None or residual.shape != x.shape):
+            residual = self.residuals[slot] = torch.zeros(x.shape, device=x.device)
+        if residual is not None and codec in _BITS:  # one pass, residual updated in place
+            buf = quantize_to_bytes(x, _BITS[codec], self.stochastic, seed, residual)
+        elif residual is not None:
+            x = x + residual
+            buf = encode(codec, x, seed, self.stochastic)
+            torch.sub(x, decode(codec, buf, x.shape[0], x.shape[1]), out=residual)
+        else:
+            buf = encode(codec, x, seed, self.stochastic)
         self.codec_s += time.perf_counter() - t0
         return buf
 

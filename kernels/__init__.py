@@ -14,8 +14,10 @@ from fullgraph.kernels.quantize import (
     QuantizedRows,
     cast_half,
     dequantize,
+    dequantize_bytes,
     packed_width,
     quantize,
+    quantize_to_bytes,
     record_nbytes,
 )
 from fullgraph.kernels.spmm import spmm, spmm_reference
@@ -25,8 +27,10 @@ __all__ = [
     "QuantizedRows",
     "cast_half",
     "dequantize",
+    "dequantize_bytes",
     "packed_width",
     "quantize",
+    "quantize_to_bytes",
     "record_nbytes",
     "spmm",
     "spmm_reference",

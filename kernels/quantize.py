@@ -203,6 +203,60 @@ def quantize(
     return quantize_torch(X, bits, stochastic, key)
 
 
+def quantize_to_bytes(
+    X: torch.Tensor,
+    bits: int,
+    stochastic: bool = True,
+    seed: int = 0,
+    residual: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``quantize(X + residual, ...).to_bytes()``: rows straight into one wire buffer.
+
+    Args:
+        X: float [N, F].
+        bits, stochastic, seed: as :func:`quantize`.
+        residual: error feedback: float32 [N, F], contiguous, on ``X``'s device, added before
+            quantizing and left holding the new quantization error (in place); ``None``: none.
+
+    Returns:
+        uint8 [N * record_nbytes(F, bits)]. The numba CPU kernel writes the records in one pass
+        (feedback included); other back-ends quantize, pack and dequantize in steps; same bytes.
+    """
+    _check_bits(bits)
+    if residual is not None and (
+        residual.shape != X.shape or residual.dtype != torch.float32 or not residual.is_contiguous()
+    ):
+        raise FullgraphError(
+            f"quantize_to_bytes: residual must be contiguous float32 {tuple(X.shape)}, got "
+            f"{residual.dtype} {tuple(residual.shape)}"
+        )
+    if select_backend(X.device, "quantize") == "cpu":
+        from fullgraph.kernels.quantize_cpu import encode_records_cpu
+
+        return encode_records_cpu(X, bits, stochastic, seed_key(seed), residual)
+    v = X.to(torch.float32) if residual is None else X.to(torch.float32) + residual
+    q = quantize(v, bits, stochastic=stochastic, seed=seed)
+    if residual is not None:
+        torch.sub(v, dequantize(q), out=residual)
+    return q.to_bytes()
+
+
+def dequantize_bytes(buf: torch.Tensor, num_rows: int, num_cols: int, bits: int) -> torch.Tensor:
+    """Float32 [num_rows, num_cols] rows of a :func:`quantize_to_bytes` buffer."""
+    _check_bits(bits)
+    rec = record_nbytes(num_cols, bits)
+    if buf.dtype != torch.uint8 or buf.numel() != num_rows * rec:
+        raise FullgraphError(
+            f"dequantize_bytes: buffer of {buf.numel()} {buf.dtype} values, expected "
+            f"{num_rows * rec} uint8 for {num_rows} rows x {num_cols} columns at {bits} bits"
+        )
+    if select_backend(buf.device, "dequantize") == "cpu":
+        from fullgraph.kernels.quantize_cpu import decode_records_cpu
+
+        return decode_records_cpu(buf, num_rows, num_cols, bits)
+    return dequantize(QuantizedRows.from_bytes(buf, num_rows, num_cols, bits))
+
+
 def dequantize(q: QuantizedRows) -> torch.Tensor:
     """Float32 [N, F] values of quantized rows: ``row_min + code * row_scale``.
 

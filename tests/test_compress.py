@@ -88,7 +88,7 @@ def test_error_feedback_carries_the_residual_and_bounds_the_drift() -> None:
     steps = 40
     for epoch in range(1, steps + 1):
         key = (epoch, 0)
-        residual = ef.residuals.get((0, FORWARD), torch.zeros_like(x))
+        residual = ef.residuals.get((0, FORWARD), torch.zeros_like(x)).clone()  # updated in place
         seed = exchange_seed(1, epoch, 0, FORWARD, 0)
         got = decode("int2", ef.encode(x, key, FORWARD), 16, 24)
         assert torch.equal(got, reference("int2", x + residual, seed))

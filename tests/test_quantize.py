@@ -233,3 +233,34 @@ def test_cpu_backend_dispatches_to_numba(monkeypatch):
     q_ref = quantize(X, 4, seed=9)
     assert torch.equal(q.to_bytes(), q_ref.to_bytes())
     assert torch.equal(Y, dequantize(q_ref)) and calls == ["q", "d"]
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+@pytest.mark.parametrize("stochastic", [False, True])
+@pytest.mark.parametrize("width", [1, 17, 256])
+def test_wire_records_equal_the_torch_path(bits, stochastic, width):
+    """numba's one-pass records (with and without error feedback) == the torch sequence:
+    add, quantize, to_bytes; dequantize, subtract; and decoding them gives the same rows."""
+    from fullgraph.kernels import dequantize_bytes, quantize_to_bytes
+    from fullgraph.kernels.quantize import dequantize_torch, quantize_torch, seed_key
+
+    gen = torch.Generator().manual_seed(width + bits)
+    X = torch.randn(70, width, generator=gen) * 3
+    X[2] = 1.5  # a row that, with a zero residual, is constant
+    res_cpu = torch.zeros(70, width)
+    res_ref = torch.zeros(70, width)
+    for step in range(3):  # the residual of one step feeds the next
+        got = quantize_to_bytes(X, bits, stochastic, seed=step, residual=res_cpu)
+        v = X + res_ref
+        ref = quantize_torch(v, bits, stochastic, seed_key(step))
+        res_ref = v - dequantize_torch(ref)
+        assert_same_bits(got, ref.to_bytes())
+        assert_same_bits(res_cpu, res_ref)
+        assert_same_bits(dequantize_bytes(got, 70, width, bits), dequantize_torch(ref))
+    assert width == 1 or res_cpu.abs().max() > 0  # one column: every row is constant
+    plain = quantize_to_bytes(X, bits, stochastic, seed=9)
+    assert_same_bits(plain, quantize_torch(X, bits, stochastic, seed_key(9)).to_bytes())
+    with pytest.raises(FullgraphError, match="residual must be contiguous float32"):
+        quantize_to_bytes(X, bits, residual=torch.zeros(70, width + 1))
+    with pytest.raises(FullgraphError, match="dequantize_bytes: buffer of"):
+        dequantize_bytes(plain[:-1], 70, width, bits)
