@@ -278,8 +278,10 @@ def cast_half(X: torch.Tensor, kind: str) -> torch.Tensor:
     """Cast ``X`` to ``"fp16"`` (clamped to +-65504 so that large values do not become inf) or
     ``"bf16"``; ``.float()`` casts back."""
     if kind == "fp16":
+        # Clamping after the cast gives the same values (what rounds past 65504 becomes inf,
+        # then 65504; NaN stays NaN) without a float32 temporary.
         finfo = torch.finfo(torch.float16)
-        return X.clamp(finfo.min, finfo.max).to(torch.float16)
+        return X.to(torch.float16).clamp_(finfo.min, finfo.max)
     if kind == "bf16":
         return X.to(torch.bfloat16)
     raise ConfigError(f"cast_half: kind must be 'fp16' or 'bf16', got {kind!r}")
