@@ -74,13 +74,7 @@ class QuantizedRows:
     @classmethod
     def from_bytes(cls, buf: torch.Tensor, n: int, f: int, bits: int) -> QuantizedRows:
         """Rebuild from :meth:`to_bytes` output of ``n`` rows, ``f`` columns, ``bits`` bits."""
-        _check_bits(bits)
-        rec = record_nbytes(f, bits)
-        if buf.dtype != torch.uint8 or buf.numel() != n * rec:
-            raise FullgraphError(
-                f"QuantizedRows.from_bytes: buffer of {buf.numel()} {buf.dtype} values, expected "
-                f"{n * rec} uint8 for {n} rows x {f} columns at {bits} bits"
-            )
+        rec = _check_records(buf, n, f, bits, "QuantizedRows.from_bytes")
         rows = buf.reshape(n, rec)
         width = rec - PARAM_BYTES
         # A fresh 1-D copy: offset 0 and unit stride even when n = 1 (a view of the buffer).
@@ -88,6 +82,18 @@ class QuantizedRows:
         return cls(
             rows[:, :width].contiguous(), params[:, 0].clone(), params[:, 1].clone(), bits, f
         )
+
+
+def _check_records(buf: torch.Tensor, n: int, f: int, bits: int, who: str) -> int:
+    """Check ``buf`` holds ``n`` records of ``f`` columns at ``bits`` bits; the record size."""
+    _check_bits(bits)
+    rec = record_nbytes(f, bits)
+    if buf.dtype != torch.uint8 or buf.numel() != n * rec:
+        raise FullgraphError(
+            f"{who}: buffer of {buf.numel()} {buf.dtype} values, expected {n * rec} uint8 for "
+            f"{n} rows x {f} columns at {bits} bits"
+        )
+    return rec
 
 
 def _check_bits(bits: int) -> None:
@@ -243,13 +249,7 @@ def quantize_to_bytes(
 
 def dequantize_bytes(buf: torch.Tensor, num_rows: int, num_cols: int, bits: int) -> torch.Tensor:
     """Float32 [num_rows, num_cols] rows of a :func:`quantize_to_bytes` buffer."""
-    _check_bits(bits)
-    rec = record_nbytes(num_cols, bits)
-    if buf.dtype != torch.uint8 or buf.numel() != num_rows * rec:
-        raise FullgraphError(
-            f"dequantize_bytes: buffer of {buf.numel()} {buf.dtype} values, expected "
-            f"{num_rows * rec} uint8 for {num_rows} rows x {num_cols} columns at {bits} bits"
-        )
+    _check_records(buf, num_rows, num_cols, bits, "dequantize_bytes")
     if select_backend(buf.device, "dequantize") == "cpu":
         from fullgraph.kernels.quantize_cpu import decode_records_cpu
 
