@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fullgraph import exchange_chunks as slicing
+from fullgraph import exchange_slices as slicing
 from fullgraph.comm import Communicator, PendingExchange
 from fullgraph.compression import BACKWARD, FORWARD, HaloCompression, record_bytes
-from fullgraph.exchange_chunks import ExchangeChunk
+from fullgraph.exchange_slices import ExchangeSlice
 from fullgraph.kernels import CSRMatrix, spmm
 
 
@@ -52,7 +52,7 @@ class HaloPlan:
         max_rows: the most rows any rank sends or receives in one exchange (the same on every
             rank: it sets how many slices a wide exchange goes in).
         buffer_bytes: the largest send or receive buffer an uncompressed exchange may use; a
-            larger one goes in slices (:mod:`fullgraph.exchange_chunks`). Same on every rank.
+            larger one goes in slices (:mod:`fullgraph.exchange_slices`). Same on every rank.
     """
 
     comm: Communicator
@@ -65,7 +65,7 @@ class HaloPlan:
     compression: HaloCompression | None = None
     max_rows: int = 0
     buffer_bytes: int = slicing.DEFAULT_BUFFER_BYTES
-    _slices: dict[int, list[ExchangeChunk]] = field(default_factory=dict, repr=False)
+    _slices: dict[int, list[ExchangeSlice]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_partition(cls, part: Any, comm: Communicator) -> HaloPlan:
@@ -88,12 +88,12 @@ class HaloPlan:
 
     def slices(
         self, width: int, key: tuple[int, int] | None, direction: int
-    ) -> list[ExchangeChunk | None]:
+    ) -> list[ExchangeSlice | None]:
         """The slices an exchange of ``width`` columns goes in (``[None]``: whole).
 
         Uncompressed exchanges whose largest buffer over all ranks exceeds
         :attr:`buffer_bytes` go in slices of every peer's rows
-        (:mod:`fullgraph.exchange_chunks`); compressed ones (4-16x smaller) go whole.
+        (:mod:`fullgraph.exchange_slices`); compressed ones (4-16x smaller) go whole.
         """
         comp = self.compression
         if comp is not None and comp.active(key, direction):
@@ -102,7 +102,7 @@ class HaloPlan:
         if count == 1:
             return [None]
         if count not in self._slices:
-            self._slices[count] = slicing.exchange_chunks(
+            self._slices[count] = slicing.exchange_slices(
                 self.send_index, self.send_counts, self.recv_counts, count
             )
         return list(self._slices[count])
@@ -120,7 +120,7 @@ class HaloPlan:
         """``(epoch, exchange)`` of the next forward exchange in a step, else ``None``."""
         return None if self.compression is None else self.compression.next_key()
 
-    def _parts(self, piece: ExchangeChunk | None) -> tuple[torch.Tensor, list[int], list[int]]:
+    def _parts(self, piece: ExchangeSlice | None) -> tuple[torch.Tensor, list[int], list[int]]:
         if piece is None:
             return self.send_index, self.send_counts, self.recv_counts
         return piece.send_index, piece.send_counts, piece.recv_counts
@@ -129,7 +129,7 @@ class HaloPlan:
         self,
         h_inner: torch.Tensor,
         key: tuple[int, int] | None = None,
-        piece: ExchangeChunk | None = None,
+        piece: ExchangeSlice | None = None,
     ) -> PendingExchange | DecodingExchange:
         """Send boundary rows of ``h_inner``; the result's ``wait()`` gives the halo rows.
 
@@ -147,7 +147,7 @@ class HaloPlan:
         self,
         grad_halo: torch.Tensor,
         key: tuple[int, int] | None = None,
-        piece: ExchangeChunk | None = None,
+        piece: ExchangeSlice | None = None,
     ) -> PendingExchange | DecodingExchange:
         """Send halo-row gradients back to their owners; ``wait()`` gives rows to sum."""
         _, send_counts, recv_counts = self._parts(piece)
@@ -177,7 +177,7 @@ class HaloPlan:
         self,
         grad_inner: torch.Tensor,
         received: torch.Tensor,
-        piece: ExchangeChunk | None = None,
+        piece: ExchangeSlice | None = None,
     ) -> torch.Tensor:
         """Sum received halo gradients (of slice ``piece``) into their owners' rows."""
         if received.shape[0]:
@@ -252,7 +252,7 @@ class SplitOperator:
         self._pieces: dict[tuple[int, int], CSRMatrix] = {}
         self._blocks: dict[tuple[int, int, int], list[tuple[int, int, CSRMatrix]]] = {}
 
-    def halo_columns(self, piece: ExchangeChunk | None) -> CSRMatrix | None:
+    def halo_columns(self, piece: ExchangeSlice | None) -> CSRMatrix | None:
         """The halo block's columns of the halo rows slice ``piece`` brings (all for ``None``);
         its transpose (``.t()``) is built with it."""
         if piece is None or self.halo is None:
@@ -265,7 +265,7 @@ class SplitOperator:
         return self._pieces[key]
 
     def add_halo_product(
-        self, y: torch.Tensor, halo: torch.Tensor, piece: ExchangeChunk | None = None
+        self, y: torch.Tensor, halo: torch.Tensor, piece: ExchangeSlice | None = None
     ) -> torch.Tensor:
         """``y += A_halo @ halo`` in place, one block of rows at a time.
 

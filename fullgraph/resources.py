@@ -37,7 +37,7 @@ def release_freed_memory(threshold_bytes: int = 4 << 20) -> bool:
 
     glibc raises its mmap threshold each time a large block is freed (up to 32 MiB), so later
     blocks up to that size come from the heap, which keeps them once freed: a training step's
-    chunk-sized buffers then pile up there (190 MiB of a rank's 1.29 GiB peak, docs/train.md).
+    buffers of a few MiB then pile up there (170 MiB of a rank's 1.35 GiB peak, docs/train.md).
     A fixed threshold stops that. Process-wide; the training commands call it at start.
 
     Returns:

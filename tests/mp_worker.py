@@ -26,16 +26,16 @@ VARIANTS = [
     ("sage", "sage", 0.5),
     ("gcn_pre", "gcn", 0.0),
     ("sage_pre", "sage", 0.0),
-    ("sage_chunked", "sage", 0.5),
+    ("sage_sliced", "sage", 0.5),
 ]
-#: Variants whose exchanges go in this many slices (``fullgraph.exchange_chunks``; shares of
+#: Variants whose exchanges go in this many slices (``fullgraph.exchange_slices``; shares of
 #: uneven size, some empty), so that the pipelined sliced exchange is checked too.
-SLICES = {"sage_chunked": 7}
+SLICES = {"sage_sliced": 7}
 
 
 def run_variants(part: Any, comm: Any) -> dict[str, np.ndarray]:
     """Logits and gradients of step 1 and losses of :data:`EPOCHS` epochs, per variant."""
-    import fullgraph.exchange_chunks as slicing
+    import fullgraph.exchange_slices as slicing
     from fullgraph.trainer import TrainConfig, Trainer
 
     out: dict[str, np.ndarray] = {}

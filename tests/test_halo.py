@@ -39,11 +39,11 @@ def test_no_halo_leaves_the_product_alone():
 
 @pytest.mark.parametrize("slices", [1, 3, 8])
 def test_exchange_slices_cover_every_row_once_in_peer_order(slices):
-    from fullgraph.exchange_chunks import exchange_chunks
+    from fullgraph.exchange_slices import exchange_slices
 
     send_counts, recv_counts = [4, 0, 7], [5, 2, 0]
     send_index = torch.arange(100, 111)
-    pieces = exchange_chunks(send_index, send_counts, recv_counts, slices)
+    pieces = exchange_slices(send_index, send_counts, recv_counts, slices)
     assert [p.index for p in pieces] == list(range(slices))
     # per peer, the slices' counts add up and the rows come in order
     assert [sum(p.send_counts[q] for p in pieces) for q in range(3)] == send_counts
@@ -58,7 +58,7 @@ def test_exchange_slices_cover_every_row_once_in_peer_order(slices):
 
 
 def test_slice_count_bounds_the_buffer():
-    from fullgraph.exchange_chunks import slice_count
+    from fullgraph.exchange_slices import slice_count
 
     assert slice_count(1000, 256, 16 << 20) == 1
     assert slice_count(100_000, 256, 16 << 20) == 7  # 102.4 MB in 16 MiB buffers
@@ -67,13 +67,13 @@ def test_slice_count_bounds_the_buffer():
 
 
 def test_sliced_halo_products_add_up_to_the_whole():
-    from fullgraph.exchange_chunks import exchange_chunks
+    from fullgraph.exchange_slices import exchange_slices
 
     inner, halo = _csr(30, 30, 0.1, 4), _csr(30, 12, 0.2, 5)
     op = SplitOperator(inner, halo)
     h_halo = torch.randn(12, 6)
     whole = op.add_halo_product(torch.zeros(30, 6), h_halo)
-    pieces = exchange_chunks(torch.arange(0), [0, 0], [5, 7], 4)
+    pieces = exchange_slices(torch.arange(0), [0, 0], [5, 7], 4)
     parts = torch.zeros(30, 6)
     for p in pieces:
         op.add_halo_product(parts, h_halo[p.halo_rows], p)

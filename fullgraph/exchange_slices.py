@@ -23,7 +23,7 @@ DEFAULT_BUFFER_BYTES = 256 << 20
 
 
 @dataclass
-class ExchangeChunk:
+class ExchangeSlice:
     """Slice ``index`` of ``count`` of an exchange.
 
     Attributes:
@@ -61,16 +61,16 @@ def _shares(counts: list[int], k: int, slices: int) -> list[tuple[int, int]]:
     return out
 
 
-def exchange_chunks(
+def exchange_slices(
     send_index: torch.Tensor, send_counts: list[int], recv_counts: list[int], slices: int
-) -> list[ExchangeChunk]:
+) -> list[ExchangeSlice]:
     """The ``slices`` slices of the exchange described by ``send_index`` and the counts."""
-    chunks = []
+    out = []
     for k in range(slices):
         sent = _shares(send_counts, k, slices)
         received = _shares(recv_counts, k, slices)
-        chunks.append(
-            ExchangeChunk(
+        out.append(
+            ExchangeSlice(
                 index=k,
                 count=slices,
                 send_index=torch.cat([send_index[a:b] for a, b in sent]),
@@ -79,4 +79,4 @@ def exchange_chunks(
                 halo_rows=torch.cat([torch.arange(a, b, dtype=torch.int64) for a, b in received]),
             )
         )
-    return chunks
+    return out
