@@ -41,6 +41,25 @@ MODEL_KEYS = (
 )
 
 
+def _write(path: Path, state: dict[str, Any]) -> Path:
+    """``torch.save`` ``state`` to ``path`` atomically; return ``path``."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def _read(path: Path, missing: str, weights_only: bool) -> dict[str, Any]:
+    """``torch.load`` ``path`` on the CPU; a :class:`ConfigError` saying ``missing`` when it is
+    absent, or naming the file when it cannot be read."""
+    if not path.is_file():
+        raise ConfigError(missing)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=weights_only)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
+        raise ConfigError(f"--resume: cannot read {path} ({exc})") from exc
+
+
 def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
     """Write ``state`` to ``directory/checkpoint.pt`` atomically.
 
@@ -52,11 +71,7 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
     Returns:
         The path written.
     """
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    path = Path(directory) / CHECKPOINT_NAME
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return _write(Path(directory) / CHECKPOINT_NAME, state)
 
 
 def load_checkpoint(
@@ -76,12 +91,7 @@ def load_checkpoint(
         ConfigError: no checkpoint, an unreadable one, another partition, or another model.
     """
     path = Path(directory) / CHECKPOINT_NAME
-    if not path.is_file():
-        raise ConfigError(f"--resume: no checkpoint at {path}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
-        raise ConfigError(f"--resume: cannot read {path} ({exc})") from exc
+    state = _read(path, f"--resume: no checkpoint at {path}", weights_only=False)
     if state.get("partition_hash") != partition_hash:
         raise ConfigError(
             f"--resume: {path} was written for partition {state.get('partition_hash')}, "
@@ -103,11 +113,7 @@ def rank_state_path(directory: str | Path, rank: int, epoch: int) -> Path:
 
 def save_rank_state(directory: str | Path, rank: int, epoch: int, state: dict[str, Any]) -> Path:
     """Write this rank's ``state`` for ``epoch`` atomically (see the module docstring)."""
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    path = rank_state_path(directory, rank, epoch)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return _write(rank_state_path(directory, rank, epoch), state)
 
 
 def load_rank_state(directory: str | Path, rank: int, epoch: int) -> dict[str, Any]:
@@ -117,15 +123,11 @@ def load_rank_state(directory: str | Path, rank: int, epoch: int) -> dict[str, A
         ConfigError: the file is missing or unreadable.
     """
     path = rank_state_path(directory, rank, epoch)
-    if not path.is_file():
-        raise ConfigError(
-            f"--resume: {path} is missing (rank {rank}'s error-feedback residuals of the "
-            f"checkpoint's epoch {epoch})"
-        )
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
-        raise ConfigError(f"--resume: cannot read {path} ({exc})") from exc
+    missing = (
+        f"--resume: {path} is missing (rank {rank}'s error-feedback residuals of the "
+        f"checkpoint's epoch {epoch})"
+    )
+    return _read(path, missing, weights_only=True)
 
 
 def remove_rank_states(directory: str | Path, rank: int, before_epoch: int) -> None:

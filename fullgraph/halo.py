@@ -46,8 +46,9 @@ class HaloPlan:
         recv_counts: halo rows received from each rank, list of P ints.
         num_inner: inner rows of this rank.
         num_halo: halo rows of this rank.
-        overlap: run the inner aggregation while the exchange is in flight (``False`` waits
-            first; benchmarks use it to measure what the overlap hides).
+        overlap: run the inner aggregation while the exchange is in flight (``False``: every
+            exchange completes before it is handed back; benchmarks use it to measure what the
+            overlap hides).
         compression: codecs and error-feedback state of training exchanges, or ``None``.
         max_rows: the most rows any rank sends or receives in one exchange (the same on every
             rank: it sets how many slices a wide exchange goes in).
@@ -162,16 +163,23 @@ class HaloPlan:
         direction: int,
     ) -> PendingExchange | DecodingExchange:
         comp = self.compression
+        exchange: PendingExchange | DecodingExchange
         if comp is None or not comp.active(key, direction):
-            return self.comm.alltoallv_start(rows, send_counts, recv_counts, tag="halo")
-        width = int(rows.shape[1])
-        rec = record_bytes(comp.codecs[direction], width)
-        buf = comp.encode(rows, key, direction)
-        pending = self.comm.alltoallv_start(
-            buf, [c * rec for c in send_counts], [c * rec for c in recv_counts], tag="halo"
-        )
-        num_rows = sum(recv_counts)
-        return DecodingExchange(pending, lambda b: comp.decode(b, num_rows, width, direction))
+            exchange = self.comm.alltoallv_start(rows, send_counts, recv_counts, tag="halo")
+        else:
+            width = int(rows.shape[1])
+            rec = record_bytes(comp.codecs[direction], width)
+            buf = comp.encode(rows, key, direction)
+            pending = self.comm.alltoallv_start(
+                buf, [c * rec for c in send_counts], [c * rec for c in recv_counts], tag="halo"
+            )
+            num_rows = sum(recv_counts)
+            exchange = DecodingExchange(
+                pending, lambda b: comp.decode(b, num_rows, width, direction)
+            )
+        if not self.overlap:
+            exchange.wait()  # nothing runs while it is in flight
+        return exchange
 
     def scatter_back(
         self,
@@ -324,10 +332,7 @@ class HaloAggregate(torch.autograd.Function):
         pieces = plan.slices(int(h.shape[1]), ctx.key, FORWARD)
 
         def start(k: int) -> PendingExchange | DecodingExchange:
-            pending = plan.start_forward(h, ctx.key, pieces[k])
-            if not plan.overlap:
-                pending.wait()
-            return pending
+            return plan.start_forward(h, ctx.key, pieces[k])
 
         pending = start(0)
         y = spmm(op.inner, h)
@@ -355,10 +360,7 @@ class HaloAggregate(torch.autograd.Function):
                 rows = grad_y.new_zeros((0, grad_y.shape[1]))
             else:
                 rows = spmm(a.t(), grad_y)
-            pending = plan.start_backward(rows, ctx.key, pieces[k])  # holds ``rows`` until sent
-            if not plan.overlap:
-                pending.wait()
-            return pending
+            return plan.start_backward(rows, ctx.key, pieces[k])  # holds ``rows`` until sent
 
         pending = start(0)
         grad_h = spmm(op.inner_t, grad_y)
