@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -48,18 +49,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``kill``, ``timeout`` and Slurm send) turned into an exception.
+
+    It derives from :class:`KeyboardInterrupt` so that every clean-up that runs on Ctrl-C
+    (temporary directories, partial files) runs on SIGTERM too.
+    """
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen subcommand; user errors print one line and exit 2."""
+    """Parse ``argv`` and run the chosen subcommand; user errors print one line and exit 2.
+
+    SIGTERM is handled like SIGINT: clean-ups run, one line is printed, the exit status is
+    ``128 + signal``.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return int(args.func(args) or 0)
     except (FullgraphError, FileExistsError, FileNotFoundError) as exc:
         print(f"fullgraph {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"fullgraph {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print(f"fullgraph {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
