@@ -1,26 +1,43 @@
-"""Training checkpoints: model, optimiser, epoch, RNG, config, partition hash; atomic writes.
+"""Training checkpoints: model, optimiser, epoch, RNG, config, partition hash; checksummed,
+atomic, and never replaced by another run.
 
 Parameters are identical on every rank, so rank 0 writes one file, ``<dir>/checkpoint.pt``, and
-every rank reads it on ``--resume``. The file is replaced atomically (temporary file, fsync,
-rename), so an interrupted write leaves the previous checkpoint intact.
+every rank reads it on ``--resume``. State that differs between ranks (the error-feedback
+residuals of compressed halo exchanges) goes to one file per rank and epoch,
+``<dir>/rank-<r>-epoch-<e>.pt``, written before ``checkpoint.pt`` names epoch ``e``; older ones
+are removed once a newer checkpoint is complete.
 
-State that differs between ranks (the error-feedback residuals of compressed halo exchanges)
-goes to one file per rank and epoch, ``<dir>/rank-<r>-epoch-<e>.pt``, written before
-``checkpoint.pt`` names epoch ``e``; older ones are removed once a newer checkpoint is complete.
+File format: a header line ``FULLGRAPH-CHECKPOINT 2 sha256=<64 hex digits>`` followed by the
+bytes of ``torch.save(state)``; :func:`read_checkpoint_file` checks the digest before unpickling,
+so a flipped bit is an error instead of a weight of -3.7e37. Files are replaced atomically
+(temporary file, fsync, rename).
+
+:class:`CheckpointDir` guards the directory for the run: rank 0 holds an exclusive lock on
+``<dir>/.lock`` (a second run on the same directory is refused at once), a fresh run refuses a
+directory that holds a checkpoint unless ``--force`` (or ``--resume``), and every save first
+checks that ``checkpoint.pt`` is still the file this run last wrote or resumed from.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import io
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fullgraph.atomic import atomic_write_bytes
-from fullgraph.errors import ConfigError
+from fullgraph.atomic import atomic_write_bytes, check_output
+from fullgraph.errors import ConfigError, mark_replicated
 
 CHECKPOINT_NAME = "checkpoint.pt"
+LOCK_NAME = ".lock"
+_MAGIC = b"FULLGRAPH-CHECKPOINT 2 sha256="
+_HEADER_LEN = len(_MAGIC) + 64 + 1
 
 #: Config keys that must match between the checkpoint and the resumed run (any of them changes
 #: the losses from the resumed epoch on).
@@ -41,98 +58,238 @@ MODEL_KEYS = (
 )
 
 
-def _write(path: Path, state: dict[str, Any]) -> Path:
-    """``torch.save`` ``state`` to ``path`` atomically; return ``path``."""
+def encode_checkpoint(state: dict[str, Any]) -> bytes:
+    """The file bytes of ``state``: checksummed header, then ``torch.save`` output."""
     buf = io.BytesIO()
+    buf.write(b"\0" * _HEADER_LEN)
     torch.save(state, buf)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    data = buf.getbuffer()
+    digest = hashlib.sha256(data[_HEADER_LEN:]).hexdigest().encode()
+    data[:_HEADER_LEN] = _MAGIC + digest + b"\n"
+    del data
+    return buf.getvalue()
 
 
-def _read(path: Path, missing: str, weights_only: bool) -> dict[str, Any]:
-    """``torch.load`` ``path`` on the CPU; a :class:`ConfigError` saying ``missing`` when it is
-    absent, or naming the file when it cannot be read."""
-    if not path.is_file():
-        raise ConfigError(missing)
-    try:
-        return torch.load(path, map_location="cpu", weights_only=weights_only)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
-        raise ConfigError(f"--resume: cannot read {path} ({exc})") from exc
-
-
-def save_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
-    """Write ``state`` to ``directory/checkpoint.pt`` atomically.
+def read_checkpoint_file(path: str | Path, *, weights_only: bool = False) -> dict[str, Any]:
+    """Read a checkpoint file written by fullgraph, checking its sha256 first.
 
     Args:
-        directory: the checkpoint directory (created when missing).
-        state: ``model``, ``optimizer``, ``epoch``, ``rng``, ``config``, ``partition_hash``,
-            ``history``.
+        path: ``checkpoint.pt`` or a ``rank-<r>-epoch-<e>.pt`` file.
+        weights_only: unpickle tensors and plain containers only.
 
     Returns:
-        The path written.
-    """
-    return _write(Path(directory) / CHECKPOINT_NAME, state)
-
-
-def load_checkpoint(
-    directory: str | Path, config: dict[str, Any], partition_hash: str
-) -> dict[str, Any]:
-    """Read ``directory/checkpoint.pt`` and check it belongs to this run.
-
-    Args:
-        directory: the checkpoint directory.
-        config: the resumed run's resolved config.
-        partition_hash: hash of the partition this rank trains on.
-
-    Returns:
-        The saved state.
+        The saved state, on the CPU.
 
     Raises:
-        ConfigError: no checkpoint, an unreadable one, another partition, or another model.
+        ConfigError: the file is missing, unreadable, of another format, fails its checksum or
+            cannot be unpickled.
     """
-    path = Path(directory) / CHECKPOINT_NAME
-    state = _read(path, f"--resume: no checkpoint at {path}", weights_only=False)
-    if state.get("partition_hash") != partition_hash:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read checkpoint {path} ({exc.strerror})") from None
+    view = memoryview(raw)
+    if not raw.startswith(_MAGIC) or len(raw) < _HEADER_LEN or raw[_HEADER_LEN - 1] != 0x0A:
         raise ConfigError(
-            f"--resume: {path} was written for partition {state.get('partition_hash')}, "
-            f"this run trains on {partition_hash}"
+            f"{path} is not a fullgraph checkpoint with a checksum (format 2); start over with "
+            f"--force"
         )
-    saved = state.get("config", {})
-    for key in MODEL_KEYS:
-        if saved.get(key) != config.get(key):
-            raise ConfigError(
-                f"--resume: {path} has {key}={saved.get(key)!r}, this run has {config.get(key)!r}"
-            )
+    digest = raw[len(_MAGIC) : _HEADER_LEN - 1].decode("ascii", "replace")
+    if hashlib.sha256(view[_HEADER_LEN:]).hexdigest() != digest:
+        raise ConfigError(
+            f"{path} fails its sha256 checksum (corrupted or modified); restore a good copy or "
+            f"start over with --force"
+        )
+    try:
+        state = torch.load(
+            io.BytesIO(view[_HEADER_LEN:]), map_location="cpu", weights_only=weights_only
+        )
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
+        raise ConfigError(f"cannot read checkpoint {path} ({exc})") from exc
+    if not isinstance(state, dict):
+        raise ConfigError(f"{path} does not hold a checkpoint dictionary")
     return state
 
 
-def rank_state_path(directory: str | Path, rank: int, epoch: int) -> Path:
-    """Where rank ``rank`` keeps its own state of epoch ``epoch``."""
-    return Path(directory) / f"rank-{rank}-epoch-{epoch}.pt"
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def save_rank_state(directory: str | Path, rank: int, epoch: int, state: dict[str, Any]) -> Path:
-    """Write this rank's ``state`` for ``epoch`` atomically (see the module docstring)."""
-    return _write(rank_state_path(directory, rank, epoch), state)
+class CheckpointDir:
+    """The checkpoint directory of one run, as seen from one rank.
 
-
-def load_rank_state(directory: str | Path, rank: int, epoch: int) -> dict[str, Any]:
-    """Read this rank's state of ``epoch``.
-
-    Raises:
-        ConfigError: the file is missing or unreadable.
+    Args:
+        directory: the ``--checkpoint`` directory.
+        rank: this process's rank (rank 0 locks the directory and writes ``checkpoint.pt``).
+        resume: the run continues from the checkpoint in ``directory``.
+        force: a fresh run may replace the checkpoint already in ``directory``.
     """
-    path = rank_state_path(directory, rank, epoch)
-    missing = (
-        f"--resume: {path} is missing (rank {rank}'s error-feedback residuals of the "
-        f"checkpoint's epoch {epoch})"
-    )
-    return _read(path, missing, weights_only=True)
 
+    def __init__(
+        self, directory: str | Path, rank: int, *, resume: bool = False, force: bool = False
+    ) -> None:
+        self.path = Path(directory)
+        self.rank = rank
+        self.resume = resume
+        self.force = force
+        self.created = False
+        self._lock_fd: int | None = None
+        self._expected: tuple[int, int, int, int] | None = None
 
-def remove_rank_states(directory: str | Path, rank: int, before_epoch: int) -> None:
-    """Delete this rank's state files of epochs before ``before_epoch``."""
-    for path in Path(directory).glob(f"rank-{rank}-epoch-*.pt"):
-        epoch = path.stem.rsplit("-", 1)[-1]
-        if epoch.isdigit() and int(epoch) < before_epoch:
-            path.unlink(missing_ok=True)
+    @property
+    def file(self) -> Path:
+        """``<dir>/checkpoint.pt``."""
+        return self.path / CHECKPOINT_NAME
+
+    def open(self) -> None:
+        """Rank 0, before any work: check the directory can be written, lock it, and refuse a
+        previous result unless ``resume`` or ``force``.
+
+        Raises:
+            ConfigError: unwritable place, a file where the directory should be, another run
+                holding the lock, ``--resume`` without a checkpoint.
+            FileExistsError: a fresh run without ``--force`` on a directory with a checkpoint.
+        """
+        if self.rank != 0:
+            return
+        self.created = not self.path.exists()
+        check_output(self.path, "--checkpoint", kind="dir", exist_ok=True)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock()
+        has_previous = self.file.exists() or any(self.path.glob("rank-*-epoch-*.pt"))
+        if self.resume and not self.file.exists():
+            self.close(discard=True)
+            raise ConfigError(f"--resume: no checkpoint at {self.file}")
+        if has_previous and not (self.resume or self.force):
+            epoch = ""
+            with contextlib.suppress(ConfigError):
+                epoch = f" of epoch {int(read_checkpoint_file(self.file)['epoch'])}"
+            self.close()
+            raise FileExistsError(
+                f"--checkpoint {self.path} holds the checkpoint{epoch} of an earlier run: use "
+                f"--resume to continue it, --force to start over (it is replaced at this run's "
+                f"first checkpoint), or another directory"
+            )
+        self._expected = _identity(self.file)
+
+    def _lock(self) -> None:
+        fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ConfigError(
+                f"--checkpoint {self.path} is in use by another run ({holder}); wait for it or "
+                f"use another directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def close(self, discard: bool = False) -> None:
+        """Release the lock; with ``discard``, remove the directory if this run created it and
+        wrote nothing into it."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if discard and self.created and self.rank == 0:
+            with contextlib.suppress(OSError):
+                (self.path / LOCK_NAME).unlink()
+                self.path.rmdir()
+
+    # -- the run's files ---------------------------------------------------------------------
+    def save(self, state: dict[str, Any]) -> Path:
+        """Rank 0: write ``state`` to ``checkpoint.pt``, if it is still this run's file.
+
+        Raises:
+            ConfigError: ``checkpoint.pt`` changed since this run last wrote or read it (another
+                run or a person replaced it); nothing is written.
+        """
+        if _identity(self.file) != self._expected:
+            raise mark_replicated(
+                ConfigError(
+                    f"{self.file} was replaced by someone else since this run last wrote it; "
+                    f"left as it is, this run's checkpoint of epoch {state.get('epoch')} was "
+                    f"not written"
+                )
+            )
+        atomic_write_bytes(self.file, encode_checkpoint(state))
+        self._expected = _identity(self.file)
+        self.created = False
+        return self.file
+
+    def load(self, config: dict[str, Any], partition_hash: str) -> dict[str, Any]:
+        """Read ``checkpoint.pt`` and check it belongs to this run.
+
+        Args:
+            config: the resumed run's resolved config.
+            partition_hash: hash of the partition this rank trains on.
+
+        Returns:
+            The saved state.
+
+        Raises:
+            ConfigError: no checkpoint, an unreadable or corrupted one, another partition,
+                another model, or nothing left to train.
+        """
+        if not self.file.is_file():
+            raise ConfigError(f"--resume: no checkpoint at {self.file}")
+        state = read_checkpoint_file(self.file)
+        if state.get("partition_hash") != partition_hash:
+            raise ConfigError(
+                f"--resume: {self.file} was written for partition "
+                f"{state.get('partition_hash')}, this run trains on {partition_hash}"
+            )
+        saved = state.get("config", {})
+        for key in MODEL_KEYS:
+            if saved.get(key) != config.get(key):
+                raise ConfigError(
+                    f"--resume: {self.file} has {key}={saved.get(key)!r}, this run has "
+                    f"{config.get(key)!r}"
+                )
+        epoch, epochs = int(state["epoch"]), int(config.get("epochs", 0))
+        if epochs <= epoch:
+            raise ConfigError(
+                f"--resume: {self.file} is at epoch {epoch}, so --epochs {epochs} leaves nothing "
+                f"to train; give --epochs above {epoch}"
+            )
+        if self.rank == 0:
+            self._expected = _identity(self.file)
+        return state
+
+    def rank_state_path(self, rank: int, epoch: int) -> Path:
+        """Where rank ``rank`` keeps its own state of epoch ``epoch``."""
+        return self.path / f"rank-{rank}-epoch-{epoch}.pt"
+
+    def save_rank_state(self, epoch: int, state: dict[str, Any]) -> Path:
+        """Write this rank's ``state`` for ``epoch`` atomically (see the module docstring)."""
+        path = self.rank_state_path(self.rank, epoch)
+        atomic_write_bytes(path, encode_checkpoint(state))
+        return path
+
+    def load_rank_state(self, epoch: int) -> dict[str, Any]:
+        """Read this rank's state of ``epoch``.
+
+        Raises:
+            ConfigError: the file is missing, corrupted or unreadable.
+        """
+        path = self.rank_state_path(self.rank, epoch)
+        if not path.is_file():
+            raise ConfigError(
+                f"--resume: {path} is missing (rank {self.rank}'s error-feedback residuals of "
+                f"the checkpoint's epoch {epoch})"
+            )
+        return read_checkpoint_file(path, weights_only=True)
+
+    def remove_rank_states(self, keep_epoch: int) -> None:
+        """Delete this rank's state files of every epoch but ``keep_epoch``."""
+        for path in self.path.glob(f"rank-{self.rank}-epoch-*.pt"):
+            epoch = path.stem.rsplit("-", 1)[-1]
+            if epoch.isdigit() and int(epoch) != keep_epoch:
+                path.unlink(missing_ok=True)

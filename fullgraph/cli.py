@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from fullgraph.errors import FullgraphError
+from fullgraph.errors import FullgraphError, is_replicated, one_line
 
 #: (module, summary) of every subcommand, in the order ``--help`` lists them.
 SUBCOMMANDS: list[tuple[str, str]] = [
@@ -57,6 +57,16 @@ class Terminated(KeyboardInterrupt):
     """
 
 
+def _launcher_rank() -> int:
+    """This process's rank as the launcher's environment says (0 when it says nothing)."""
+    from fullgraph.launch import detect_launch
+
+    try:
+        return detect_launch().rank
+    except FullgraphError:
+        return 0
+
+
 def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
@@ -72,9 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return int(args.func(args) or 0)
-    except (FullgraphError, FileExistsError, FileNotFoundError) as exc:
-        print(f"fullgraph {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except (FullgraphError, FileExistsError, FileNotFoundError, PermissionError) as exc:
+        code = exc.exit_code if isinstance(exc, FullgraphError) else 2
+        if not (is_replicated(exc) and _launcher_rank() != 0):
+            print(f"fullgraph {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        return code
     except Terminated:
         print(f"fullgraph {args.command}: terminated (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM

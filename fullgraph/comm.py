@@ -9,8 +9,14 @@ A :class:`Communicator` is one object per process (no module-level state) built 
   free port and publishes ``tcp://host:port`` with an MPI broadcast; under ``torchrun`` the
   ``MASTER_ADDR`` / ``MASTER_PORT`` rendezvous is used.
 
-Every collective waits at most ``timeout_s`` seconds and raises :class:`TimeoutError` after.
-Bytes sent by this rank are counted per tag in :attr:`Communicator.bytes_sent`.
+Sums are added in one fixed order, whatever the transport: :meth:`Communicator.allreduce_`
+scatters contiguous chunks with the exact all-to-all, adds the ranks' pieces left to right in
+rank order and gathers the reduced chunks back (:func:`ordered_sum`), so a run at a given size
+is bit-identical over ``mpi``, ``gloo`` and ``nccl``. Maxima use the transport's reduction.
+
+Every wait of a collective lasts at most ``timeout_s`` seconds and raises :class:`TimeoutError`
+after. Bytes sent by this rank to its peers are counted per tag in
+:attr:`Communicator.bytes_sent`.
 """
 
 from __future__ import annotations
@@ -157,15 +163,63 @@ class Communicator:
     def allreduce_(
         self, tensor: torch.Tensor, op: str = "sum", tag: str = "reduce"
     ) -> torch.Tensor:
-        """Reduce ``tensor`` in place over all ranks (``op`` is ``sum`` or ``max``)."""
+        """Reduce ``tensor`` in place over all ranks.
+
+        ``sum`` adds the contributions in rank order, ``((t_0 + t_1) + t_2) + ...`` in the
+        tensor's dtype, through two exact all-to-alls (a reduce-scatter of contiguous chunks,
+        then an all-gather of the reduced chunks): the result is the same bit for bit on every
+        rank, over every transport and from run to run. ``max`` uses the transport's reduction
+        (its result does not depend on the order).
+
+        Args:
+            tensor: the values to reduce, overwritten with the result (any shape; for ``sum``
+                float32 or float64, on the CPU or on the transport's device).
+            op: ``sum`` or ``max``.
+            tag: the counter the bytes and wait time are booked under.
+
+        Returns:
+            ``tensor``.
+
+        Raises:
+            ConfigError: ``op`` is neither ``sum`` nor ``max``.
+            TimeoutError: a peer did not answer within ``timeout_s`` (one wait of an exchange).
+        """
         if op not in ("sum", "max"):
             raise ConfigError(f"unknown reduction {op!r} (expected sum or max)")
-        if self.size > 1:
-            self.bytes_sent[tag] += tensor.numel() * tensor.element_size()
         t0 = time.perf_counter()
-        self._allreduce(tensor, op)
+        if self.size > 1 and op == "sum":
+            self._sum_in_rank_order(tensor, tag)
+        else:
+            if self.size > 1:
+                self.bytes_sent[tag] += tensor.numel() * tensor.element_size()
+            self._allreduce(tensor, op)
         self.wait_s[tag] += time.perf_counter() - t0
         return tensor
+
+    def _sum_in_rank_order(self, tensor: torch.Tensor, tag: str) -> None:
+        """The fixed-order sum of :meth:`allreduce_` (``size > 1``); books the bytes sent.
+
+        Rank ``r`` owns chunk ``r`` of the flattened vector (:func:`chunk_sizes`). It receives
+        that chunk from every rank (its own piece is copied locally), adds the pieces with
+        :func:`ordered_sum` and sends the sum to every rank: ``2 (P - 1) / P`` of the vector
+        leaves each rank, like a ring all-reduce.
+        """
+        n = tensor.numel()
+        if n == 0:
+            return
+        flat = tensor.detach().reshape(-1).to(self.device)
+        counts = chunk_sizes(n, self.size)
+        mine = counts[self.rank]
+        pieces = _empty_like_rows(flat, self.size * mine)  # the one work buffer, ~n elements
+        rows = pieces.view(self.size, mine)
+        self._alltoallv(flat, pieces, counts, [mine] * self.size)()
+        ordered_sum(rows, out=rows[0])
+        rows[1:] = rows[0]  # the sum, once per destination rank
+        # The first exchange has completed, so its send buffer may now receive the result.
+        self._alltoallv(pieces, flat, [mine] * self.size, counts)()
+        self.bytes_sent[tag] += (n - mine + (self.size - 1) * mine) * flat.element_size()
+        if flat.device != tensor.device or flat.data_ptr() != tensor.data_ptr():
+            tensor.copy_(flat.view(tensor.shape))
 
     def broadcast_(self, tensor: torch.Tensor, root: int = 0) -> torch.Tensor:
         """Overwrite ``tensor`` on every rank with rank ``root``'s values."""
@@ -175,6 +229,40 @@ class Communicator:
     def barrier(self) -> None:
         """Wait until every rank arrives (a one-element reduction, so it has a timeout)."""
         self._allreduce(torch.zeros(1, device=self.device), "sum")
+
+
+def chunk_sizes(n: int, parts: int) -> list[int]:
+    """Sizes of ``parts`` contiguous chunks of ``n`` elements; the first ``n % parts`` are longer.
+
+    Args:
+        n: number of elements (>= 0).
+        parts: number of chunks (>= 1).
+
+    Returns:
+        ``parts`` sizes summing to ``n`` (some are 0 when ``n < parts``).
+    """
+    base, extra = divmod(int(n), int(parts))
+    return [base + (1 if r < extra else 0) for r in range(parts)]
+
+
+def ordered_sum(pieces: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Sum of the rows of ``pieces`` added left to right: ``((p_0 + p_1) + p_2) + ...``.
+
+    Every element is rounded after each addition in ``pieces``' dtype, so the result does not
+    depend on the device or on how torch would vectorise a ``sum(dim=0)``.
+
+    Args:
+        pieces: the contributions in rank order, [P, m].
+        out: where to write the sum, [m] (may be ``pieces[0]`` itself, but no other row);
+            a new tensor when ``None``.
+
+    Returns:
+        The sum, [m], of ``pieces``' dtype and device (``out`` when given).
+    """
+    out = pieces[0].clone() if out is None else out.copy_(pieces[0])
+    for q in range(1, pieces.shape[0]):
+        out.add_(pieces[q])
+    return out
 
 
 def _empty_like_rows(send: torch.Tensor, rows: int) -> torch.Tensor:
@@ -207,7 +295,10 @@ def _wait_request(request: Any, timeout_s: float, what: str) -> None:
 
 
 class MPICommunicator(Communicator):
-    """mpi4py on host buffers: ``Ialltoallv`` with per-peer counts, ``Iallreduce``."""
+    """mpi4py on host buffers: ``Ialltoallv`` with per-peer counts, ``Iallreduce`` for maxima.
+
+    Sums go through the all-to-all too, in rank order (:meth:`Communicator.allreduce_`).
+    """
 
     transport = "mpi"
 

@@ -3,7 +3,8 @@
 Bootstrap: under an MPI launcher rank 0 binds a free port (port 0, read back) and publishes
 ``tcp://host:port`` with an MPI broadcast; under ``torchrun`` the ``MASTER_ADDR`` /
 ``MASTER_PORT`` rendezvous (``env://``) is used. The process group's timeout bounds every
-collective.
+collective. Sums are not the backend's ``all_reduce``: the base class adds in rank order over
+``all_to_all_single`` (on ``self.device``, so host tensors travel through the GPU for nccl).
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class TorchCommunicator(Communicator):
         return wait
 
     def _allreduce(self, tensor: torch.Tensor, op: str) -> None:
+        # Maxima and the barrier only: sums go in rank order through ``_alltoallv``
+        # (Communicator.allreduce_), as gloo and nccl add in an order of their own choosing.
         if self.size == 1:
             return
         red = self._dist.ReduceOp.SUM if op == "sum" else self._dist.ReduceOp.MAX

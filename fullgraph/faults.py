@@ -1,13 +1,17 @@
-"""What a rank does when it fails mid-job: say why in one piece, then end the whole job."""
+"""What ranks do when one fails: agree on bad input and end alike, or say why and abort the job."""
 
 from __future__ import annotations
 
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from typing import TypeVar
 
 from fullgraph.comm import Communicator
-from fullgraph.errors import FullgraphError
+from fullgraph.errors import FullgraphError, mark_replicated, one_line
+
+T = TypeVar("T")
 
 #: Seconds a failing rank waits after writing its error, so the launcher forwards it before the
 #: abort tears the job down.
@@ -37,3 +41,49 @@ def abort_job(comm: Communicator, command: str, exc: BaseException) -> None:
     sys.stderr.flush()
     time.sleep(FLUSH_GRACE_S)
     comm.abort(code)
+
+
+def agree(comm: Communicator, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on every rank; if it fails with bad input on any rank, fail alike on all.
+
+    A check that only some ranks fail (a part file corrupted on one rank, an output directory
+    only rank 0 writes) would leave the other ranks waiting in the next collective. Here every
+    rank learns every rank's outcome (one all-gather) and all raise the first failing rank's
+    error, marked replicated so that only rank 0 prints it; the job then ends cleanly with the
+    error's exit status.
+
+    Args:
+        comm: the job's communicator.
+        fn: the local work (no collectives inside).
+
+    Returns:
+        What ``fn`` returned on this rank.
+
+    Raises:
+        FullgraphError, FileExistsError, FileNotFoundError, PermissionError: the first failing
+            rank's error (with ``rank r:`` in front when it was another rank's).
+    """
+    result: T | None = None
+    error: BaseException | None = None
+    try:
+        result = fn()
+    except (FullgraphError, FileExistsError, FileNotFoundError, PermissionError) as exc:
+        error = exc
+    if comm.size == 1:
+        if error is not None:
+            raise error
+        return result  # type: ignore[return-value]
+    summary = None
+    if error is not None:
+        code = error.exit_code if isinstance(error, FullgraphError) else 2
+        summary = (one_line(error), code)
+    outcomes = comm.allgather_object(summary)
+    failed = [(r, o) for r, o in enumerate(outcomes) if o is not None]
+    if not failed:
+        return result  # type: ignore[return-value]
+    rank, (message, code) = failed[0]
+    if rank == comm.rank and error is not None:
+        raise mark_replicated(error)
+    exc = FullgraphError(f"rank {rank}: {message}")
+    exc.exit_code = code
+    raise mark_replicated(exc)

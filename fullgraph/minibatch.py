@@ -28,10 +28,12 @@ from fullgraph.errors import ConfigError, DataError
 from fullgraph.minibatch_model import block_forward, layerwise_inference, row_range, rows_operator
 from fullgraph.models import GNN, load_parameter_vector, parameter_vector
 from fullgraph.optim import Adam
+from fullgraph.option_checks import check_number, check_probability
 from fullgraph.resources import peak_rss_mb
 from fullgraph.sampler import NeighborSampler, global_batches, rank_share
 from fullgraph.train_config import InputDropoutConfig
 from fullgraph.train_log import write_epoch
+from fullgraph.trainer import check_finite
 
 
 @dataclass
@@ -49,6 +51,19 @@ class MinibatchConfig(InputDropoutConfig):
     seed: int = 0
     eval_every: int = 1
     quiet: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "hidden", "epochs", "eval_every"):
+            check_number(f"--{name.replace('_', '-')}", getattr(self, name), low=1, integer=True)
+        check_number("--seed", self.seed, low=0, high=2**63 - 1, integer=True)
+        check_number("--lr", self.lr, low=0.0, low_open=True)
+        check_number("--weight-decay", self.weight_decay, low=0.0)
+        check_probability("--dropout", self.dropout)
+        check_probability("--input-dropout", self.input_dropout, optional=True)
+        if not self.fanouts or any(f == 0 or f < -1 for f in self.fanouts):
+            raise ConfigError(
+                f"--fanouts needs positive counts (or -1 for all), got {self.fanouts}"
+            )
 
 
 @dataclass
@@ -75,11 +90,6 @@ class MinibatchTrainer:
     def __init__(self, graph: Graph, comm: Communicator, config: MinibatchConfig) -> None:
         if graph.x is None:
             raise DataError(f"{graph.name}: graph has no node features to train on")
-        for name, p in (("dropout", config.dropout), ("input dropout", config.input_dropout)):
-            if p is not None and not 0.0 <= p < 1.0:
-                raise ConfigError(f"{name} {p} outside [0, 1)")
-        if config.epochs < 1 or config.eval_every < 1:
-            raise ConfigError("--epochs and --eval-every must be >= 1")
         self.graph, self.comm, self.config = graph, comm, config
         self.train_nodes = np.flatnonzero(graph.train_mask).astype(np.int64)
         if self.train_nodes.size == 0:
@@ -148,6 +158,7 @@ class MinibatchTrainer:
         flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss_sum.detach().reshape(1)])
         r0 = self.comm.wait_s["reduce"]
         self.comm.allreduce_(flat, "sum", tag="reduce")
+        check_finite(flat, epoch, f"batch {index} of epoch")
         stats.reduce_s = self.comm.wait_s["reduce"] - r0
         offset = 0
         for p in params:

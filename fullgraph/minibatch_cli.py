@@ -8,9 +8,8 @@ line (and writes the same JSON fields) as ``fullgraph train``.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from fullgraph.errors import ConfigError, FullgraphError
+from fullgraph.errors import ConfigError
 
 
 def parse_fanouts(text: str) -> list[int]:
@@ -74,77 +73,65 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--threads", type=int, default=None, help="compute threads per rank (default cores/ranks)"
     )
     p.add_argument("--log-json", default=None, help="write one JSON line per epoch here (rank 0)")
+    p.add_argument(
+        "--force", action="store_true", help="replace the log of an earlier run at --log-json"
+    )
     p.add_argument("--quiet", action="store_true", help="no per-epoch line")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Handler of ``fullgraph minibatch``: set up threads, communicator and data; train."""
+    """Handler of ``fullgraph minibatch``: set up threads, communicator and data; train.
+
+    Failure policy as ``fullgraph train``: option errors before the communicator exists, alike
+    on every rank; the dataset and rank 0's outputs agreed on by all ranks; anything else on one
+    rank aborts the job with that rank's error.
+    """
     import numba
     import torch
 
-    from fullgraph.atomic import atomic_write_json
     from fullgraph.comm import create_communicator
-    from fullgraph.datasets import load, require_features
-    from fullgraph.faults import abort_job
+    from fullgraph.errors import FullgraphError, is_replicated, mark_replicated
+    from fullgraph.faults import abort_job, agree
     from fullgraph.launch import default_threads, detect_launch
-    from fullgraph.minibatch import MinibatchConfig, MinibatchTrainer
+    from fullgraph.minibatch import MinibatchConfig
+    from fullgraph.option_checks import check_number, check_timeout
     from fullgraph.resources import release_freed_memory
 
-    config = MinibatchConfig(
-        fanouts=parse_fanouts(args.fanouts),
-        batch_size=args.batch_size,
-        hidden=args.hidden,
-        dropout=args.dropout,
-        input_dropout=args.input_dropout,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        epochs=args.epochs,
-        seed=args.seed,
-        eval_every=args.eval_every,
-        quiet=args.quiet,
-    )
-    if config.batch_size < 1 or config.hidden < 1:
-        raise ConfigError("--batch-size and --hidden must be positive")
     info = detect_launch()
+    try:
+        config = MinibatchConfig(
+            fanouts=parse_fanouts(args.fanouts),
+            batch_size=args.batch_size,
+            hidden=args.hidden,
+            dropout=args.dropout,
+            input_dropout=args.input_dropout,
+            lr=args.lr,
+            weight_decay=args.weight_decay,
+            epochs=args.epochs,
+            seed=args.seed,
+            eval_every=args.eval_every,
+            quiet=args.quiet,
+        )
+        check_number("--threads", args.threads, low=1, integer=True, optional=True)
+        check_timeout("--timeout", args.timeout)
+    except FullgraphError as exc:
+        raise mark_replicated(exc) from None
     threads = args.threads if args.threads is not None else default_threads(info)
-    if threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     release_freed_memory()
     transport = args.transport
     if transport == "auto":
         transport = "mpi" if info.under_mpi else "local"
-    graph = load(args.dataset, args.root)  # the default split, as `fullgraph train` uses
-    require_features(graph)
     comm = create_communicator(transport, info, timeout_s=args.timeout)
     try:
-        trainer = MinibatchTrainer(graph, comm, config)
-        log = None
-        if comm.rank == 0 and args.log_json:
-            resolved = {
-                "config": config.to_dict(),
-                "data": args.dataset,
-                "transport": comm.transport,
-                "ranks": comm.size,
-                "threads_per_rank": threads,
-                "launch": info.to_dict(),
-            }
-            stem = Path(args.log_json).stem
-            atomic_write_json(Path(args.log_json).with_name(stem + ".config.json"), resolved)
-            log = open(args.log_json, "w")  # streamed line by line, not atomic
-        try:
-            final = trainer.fit(log)
-        finally:
-            if log is not None:
-                log.close()
-    except FullgraphError:
-        raise  # bad input: every rank sees the same data and fails the same way
+        final = _train(args, config, comm, info, threads, agree)
     except Exception as exc:
-        if comm.size > 1:
-            # One failing rank would leave the others blocked in a collective: abort the job.
-            abort_job(comm, "minibatch", exc)
+        if comm.size == 1 or is_replicated(exc):
+            raise
+        # One failing rank would leave the others blocked in a collective: abort the job.
+        abort_job(comm, "minibatch", exc)
         raise
     finally:
         comm.close()
@@ -156,3 +143,39 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
     return 0
+
+
+def _train(args, config, comm, info, threads: int, agree) -> dict:  # noqa: ANN001
+    """Outputs checked, dataset loaded (both agreed by all ranks), then the epochs."""
+    from fullgraph.datasets import load, require_features
+    from fullgraph.errors import DataError
+    from fullgraph.minibatch import MinibatchTrainer
+    from fullgraph.run_outputs import RunOutputs
+
+    outputs = RunOutputs(comm.rank, args.log_json, force=args.force)
+    started = False
+    try:
+        agree(comm, outputs.open)
+
+        def load_graph():  # noqa: ANN202 - Graph
+            graph = load(args.dataset, args.root)  # the default split, as `fullgraph train`
+            require_features(graph)
+            if not graph.train_mask.any():
+                raise DataError(f"{graph.name}: graph has no training nodes")
+            return graph
+
+        graph = agree(comm, load_graph)
+        trainer = MinibatchTrainer(graph, comm, config)
+        resolved = {
+            "config": config.to_dict(),
+            "data": args.dataset,
+            "transport": comm.transport,
+            "ranks": comm.size,
+            "threads_per_rank": threads,
+            "launch": info.to_dict(),
+        }
+        log = outputs.start(resolved)
+        started = True
+        return trainer.fit(log)
+    finally:
+        outputs.close(discard=not started)

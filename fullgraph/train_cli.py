@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -108,28 +107,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--checkpoint", help="checkpoint directory (config.json is saved there too)")
     r.add_argument("--checkpoint-every", type=int, default=10, help="epochs between checkpoints")
     r.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="start over where --checkpoint or --log-json hold an earlier run's result "
+        "(the old checkpoint is replaced at this run's first checkpoint)",
+    )
     r.add_argument("--no-verify", action="store_true", help="skip part checksum verification")
     r.add_argument("--quiet", action="store_true", help="no per-epoch lines")
     p.set_defaults(func=run_train)
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    """The options that are not part of the run's config, before any work (alike on every
+    rank); :class:`~fullgraph.train_config.TrainConfig` checks the rest."""
     from fullgraph.errors import ConfigError
+    from fullgraph.option_checks import check_number, check_timeout
 
     sources = [s for s in ("parts", "dataset", "synthetic") if getattr(args, s)]
     if len(sources) != 1:
         raise ConfigError("give exactly one of --parts, --dataset (with --root), --synthetic")
     if args.dataset and not args.root:
         raise ConfigError("--dataset needs --root (the dataset root directory)")
-    if args.resume and not args.checkpoint:
-        raise ConfigError("--resume needs --checkpoint DIR")
-    for name in ("layers", "hidden", "epochs", "eval_every", "checkpoint_every"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.error_feedback and args.compress_fwd == args.compress_bwd == "none":
-        raise ConfigError("--error-feedback needs --compress-fwd or --compress-bwd other than none")
-    if args.threads is not None and args.threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    check_number("--threads", args.threads, low=1, integer=True, optional=True)
+    check_timeout("--timeout", args.timeout)
+
+
+def _check_device(device: str, transport: str) -> None:
+    """The device exists and the transport can move its tensors."""
+    import torch
+
+    from fullgraph.errors import ConfigError
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device}, but torch {torch.__version__} sees no CUDA device")
+    if transport == "mpi" and device != "cpu":
+        raise ConfigError("transport mpi exchanges host buffers: use --device cpu (or nccl)")
 
 
 def _set_threads(threads: int) -> None:
@@ -160,77 +173,12 @@ def _load_part(args: argparse.Namespace, rank: int):  # noqa: ANN202 - Partition
     return whole_graph_part(load(args.dataset, args.root))
 
 
-def run_train(args: argparse.Namespace) -> int:
-    """Handler of ``fullgraph train``; returns the exit status."""
-    # torch's and numba's OpenMP pools would busy-wait against each other (and against other
-    # ranks on the node) between parallel regions; must be set before either library loads.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    # Large activations: 2 MB-aligned, huge-page backed torch allocations (fewer page faults;
-    # ~25% off an arxiv-sized epoch here).
-    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-    from fullgraph.comm import create_communicator
-    from fullgraph.errors import ConfigError
-    from fullgraph.faults import abort_job
-    from fullgraph.launch import default_threads, detect_launch
-    from fullgraph.resources import release_freed_memory
+def _config(args: argparse.Namespace, transport: str):  # noqa: ANN202 - TrainConfig
+    """The run's :class:`~fullgraph.train_config.TrainConfig` (validated) from the options."""
+    from fullgraph.train_config import TrainConfig
 
-    release_freed_memory()
-
-    _check_args(args)
-    info = detect_launch()
-    if args.parts:
-        from fullgraph.partition.format import read_meta
-
-        meta, _ = read_meta(args.parts)
-        if int(meta["num_parts"]) != info.size:
-            raise ConfigError(
-                f"{args.parts} has {meta['num_parts']} parts but {info.size} ranks were "
-                f"started; run `mpirun -n {meta['num_parts']}`"
-            )
-    elif info.size > 1:
-        raise ConfigError(f"{info.size} ranks need --parts (the whole graph trains in one process)")
-    threads = args.threads or default_threads(info)
-    _set_threads(threads)
-    transport = args.transport
-    if transport == "auto":
-        transport = "mpi" if info.size > 1 else "local"
-    comm = create_communicator(transport, info, args.timeout)
-    try:
-        return _train(args, comm, info, threads)
-    except Exception as exc:
-        if comm.size == 1:
-            raise
-        abort_job(comm, "train", exc)
-        return 1
-    finally:
-        comm.close()
-
-
-def _truncate_log(path: Path, start_epoch: int) -> None:
-    """Keep the epochs before ``start_epoch`` in a resumed run's JSONL log (atomically)."""
-    import json
-
-    from fullgraph.atomic import atomic_write_bytes
-
-    if not path.is_file():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by the interruption
-        if not rec.get("final") and int(rec.get("epoch", start_epoch)) < start_epoch:
-            kept.append(line + "\n")
-    atomic_write_bytes(path, "".join(kept).encode())
-
-
-def _train(args: argparse.Namespace, comm, info, threads: int) -> int:  # noqa: ANN001
-    from fullgraph.atomic import atomic_write_json
-    from fullgraph.trainer import TrainConfig, Trainer
-
-    part = _load_part(args, comm.rank)
-    cfg = TrainConfig(
+    device = args.device if args.device != "auto" else ("cuda" if transport == "nccl" else "cpu")
+    return TrainConfig(
         model=args.model,
         layers=args.layers,
         hidden=args.hidden,
@@ -247,20 +195,92 @@ def _train(args: argparse.Namespace, comm, info, threads: int) -> int:  # noqa: 
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
         resume=args.resume,
+        force=args.force,
         log_json=args.log_json,
         quiet=args.quiet,
-        device=args.device
-        if args.device != "auto"
-        else ("cuda" if comm.transport == "nccl" else "cpu"),
+        device=device,
         compress_fwd=args.compress_fwd,
         compress_bwd=args.compress_bwd,
         error_feedback=args.error_feedback,
         exchange_buffer_mb=args.exchange_buffer_mb,
     )
-    trainer = Trainer(part, comm, cfg)
-    if args.resume:
-        trainer.resume()
-    if comm.rank == 0:
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Handler of ``fullgraph train``; returns the exit status.
+
+    Failure policy: option errors are found before the communicator exists, alike on every
+    rank; checks that can differ between ranks (this rank's part, rank 0's outputs, the
+    checkpoint) are agreed on by all ranks, so bad input ends every rank with one line from
+    rank 0; anything else on one rank aborts the job with that rank's error.
+    """
+    # torch's and numba's OpenMP pools would busy-wait against each other (and against other
+    # ranks on the node) between parallel regions; must be set before either library loads.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Large activations: 2 MB-aligned, huge-page backed torch allocations (fewer page faults;
+    # ~25% off an arxiv-sized epoch here).
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    from fullgraph.comm import create_communicator
+    from fullgraph.errors import ConfigError, FullgraphError, is_replicated, mark_replicated
+    from fullgraph.faults import abort_job
+    from fullgraph.launch import default_threads, detect_launch
+    from fullgraph.resources import release_freed_memory
+
+    release_freed_memory()
+    info = detect_launch()
+    try:
+        _check_args(args)
+        transport = args.transport
+        if transport == "auto":
+            transport = "mpi" if info.size > 1 else "local"
+        cfg = _config(args, transport)
+        _check_device(cfg.device, transport)
+        if args.parts:
+            from fullgraph.partition.format import read_meta
+
+            meta, _ = read_meta(args.parts)
+            if int(meta["num_parts"]) != info.size:
+                raise ConfigError(
+                    f"{args.parts} has {meta['num_parts']} parts but {info.size} ranks were "
+                    f"started; run `mpirun -n {meta['num_parts']}`"
+                )
+        elif info.size > 1:
+            raise ConfigError(
+                f"{info.size} ranks need --parts (the whole graph trains in one process)"
+            )
+    except (FullgraphError, FileExistsError, FileNotFoundError) as exc:
+        raise mark_replicated(exc) from None
+    threads = args.threads or default_threads(info)
+    _set_threads(threads)
+    comm = create_communicator(transport, info, args.timeout)
+    try:
+        return _train(args, cfg, comm, info, threads)
+    except Exception as exc:
+        if comm.size == 1 or is_replicated(exc):
+            raise
+        abort_job(comm, "train", exc)
+        return 1
+    finally:
+        comm.close()
+
+
+def _train(args: argparse.Namespace, cfg, comm, info, threads: int) -> int:  # noqa: ANN001
+    from fullgraph.checkpoint import CheckpointDir
+    from fullgraph.faults import agree
+    from fullgraph.run_outputs import RunOutputs
+    from fullgraph.trainer import Trainer
+
+    checkpoints = None
+    if cfg.checkpoint:
+        checkpoints = CheckpointDir(cfg.checkpoint, comm.rank, resume=cfg.resume, force=cfg.force)
+    outputs = RunOutputs(comm.rank, cfg.log_json, checkpoints, resume=cfg.resume, force=cfg.force)
+    started = False
+    try:
+        agree(comm, outputs.open)
+        part = agree(comm, lambda: _load_part(args, comm.rank))
+        trainer = Trainer(part, comm, cfg, checkpoints=checkpoints)
+        if cfg.resume:
+            agree(comm, trainer.resume)
         resolved = {
             "config": cfg.to_dict(),
             "data": args.parts or args.dataset or f"synthetic:{args.synthetic}",
@@ -270,12 +290,9 @@ def _train(args: argparse.Namespace, comm, info, threads: int) -> int:  # noqa: 
             "threads_per_rank": threads,
             "launch": info.to_dict(),
         }
-        for target in (args.checkpoint, args.log_json):
-            if target:
-                path = Path(target) / "config.json" if target == args.checkpoint else None
-                path = path or Path(target).with_name(Path(target).stem + ".config.json")
-                atomic_write_json(path, resolved)
-        if not args.quiet:
+        log = outputs.start(resolved, trainer.start_epoch)
+        started = True
+        if comm.rank == 0 and not cfg.quiet:
             print(
                 f"fullgraph train: {comm.size} rank(s), transport {comm.transport}, "
                 f"{threads} thread(s)/rank, model {cfg.model} L={cfg.layers} H={cfg.hidden}, "
@@ -284,17 +301,9 @@ def _train(args: argparse.Namespace, comm, info, threads: int) -> int:  # noqa: 
                 f"{' + error feedback' if cfg.error_feedback else ''}",
                 flush=True,
             )
-    log = None
-    if comm.rank == 0 and args.log_json:
-        Path(args.log_json).parent.mkdir(parents=True, exist_ok=True)
-        if args.resume:
-            _truncate_log(Path(args.log_json), trainer.start_epoch)
-        log = open(args.log_json, "a" if args.resume else "w")  # noqa: SIM115
-    try:
         final = trainer.fit(log)
     finally:
-        if log is not None:
-            log.close()
+        outputs.close(discard=not started)
     if comm.rank == 0:
         print(
             f"final: best val {final['best_val_acc']:.4f}, test at best val "

@@ -7,6 +7,7 @@ from typing import Any
 
 from fullgraph.compression import check_codec
 from fullgraph.errors import ConfigError
+from fullgraph.option_checks import check_number, check_probability
 
 
 class InputDropoutConfig:
@@ -46,6 +47,7 @@ class TrainConfig(InputDropoutConfig):
     checkpoint: str | None = None
     checkpoint_every: int = 10
     resume: bool = False
+    force: bool = False  # a fresh run may replace an earlier run's checkpoint and log
     log_json: str | None = None
     quiet: bool = False
     device: str = "cpu"  # cpu | cuda (nccl needs cuda; mpi needs cpu)
@@ -56,10 +58,28 @@ class TrainConfig(InputDropoutConfig):
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.exchange_buffer_mb > 0:
+        if self.model not in ("gcn", "sage"):
+            raise ConfigError(f"--model must be gcn or sage, not {self.model!r}")
+        for name in ("layers", "hidden", "epochs", "eval_every", "checkpoint_every"):
+            check_number(f"--{name.replace('_', '-')}", getattr(self, name), low=1, integer=True)
+        check_number("--seed", self.seed, low=0, high=2**63 - 1, integer=True)
+        check_number("--lr", self.lr, low=0.0, low_open=True)
+        check_number("--weight-decay", self.weight_decay, low=0.0)
+        check_probability("--dropout", self.dropout)
+        check_probability("--input-dropout", self.input_dropout, optional=True)
+        check_number("--exchange-buffer-mb", self.exchange_buffer_mb, low=0.0, low_open=True)
+        if self.weight_decay_scope not in ("first", "all"):
             raise ConfigError(
-                f"--exchange-buffer-mb must be positive, got {self.exchange_buffer_mb}"
+                f"--weight-decay-scope must be first or all, not {self.weight_decay_scope!r}"
             )
+        if self.precompute_first not in ("auto", "on", "off"):
+            raise ConfigError(
+                f"--precompute-first must be auto, on or off, not {self.precompute_first!r}"
+            )
+        if self.resume and self.force:
+            raise ConfigError("--resume continues the checkpoint and --force starts over: give one")
+        if self.resume and not self.checkpoint:
+            raise ConfigError("--resume needs --checkpoint DIR")
         check_codec(self.compress_fwd, "--compress-fwd")
         check_codec(self.compress_bwd, "--compress-bwd")
         if self.error_feedback and self.compress_fwd == self.compress_bwd == "none":

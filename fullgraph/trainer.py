@@ -18,16 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fullgraph.checkpoint import (
-    load_checkpoint,
-    load_rank_state,
-    remove_rank_states,
-    save_checkpoint,
-    save_rank_state,
-)
+from fullgraph.checkpoint import CheckpointDir
 from fullgraph.comm import Communicator
 from fullgraph.compression import HaloCompression
-from fullgraph.errors import ConfigError
+from fullgraph.errors import ConfigError, TrainingDiverged, mark_replicated
 from fullgraph.halo import HaloPlan, SplitOperator
 from fullgraph.local_graph import build_operator, part_tensors
 from fullgraph.models import (
@@ -43,7 +37,28 @@ from fullgraph.resources import peak_rss_mb
 from fullgraph.train_config import TrainConfig
 from fullgraph.train_log import injected_failure_epoch, write_epoch
 
-__all__ = ["StepResult", "TrainConfig", "Trainer"]
+__all__ = ["StepResult", "TrainConfig", "Trainer", "check_finite"]
+
+
+def check_finite(reduced: torch.Tensor, epoch: int, what: str = "epoch") -> None:
+    """Stop training when the all-reduced gradients or loss (last entry) are not finite.
+
+    Every rank holds the same reduced vector, so every rank raises alike, before the optimiser
+    step and before any checkpoint of this epoch: the last good checkpoint is kept.
+
+    Raises:
+        TrainingDiverged: a NaN or infinite loss or gradient.
+    """
+    if bool(torch.isfinite(reduced).all()):
+        return
+    loss = float(reduced[-1])
+    part = f"the loss is {loss}" if not torch.isfinite(reduced[-1]) else "a gradient is not finite"
+    raise mark_replicated(
+        TrainingDiverged(
+            f"{what} {epoch}: {part}; training stopped before the update (the last checkpoint, "
+            f"if any, is kept). Lower --lr, check the features, or resume from the checkpoint"
+        )
+    )
 
 
 @dataclass
@@ -69,17 +84,21 @@ class Trainer:
         part: this rank's ``Partition`` (one process: ``whole_graph_part(graph)``).
         comm: the communicator (its size must equal ``part.num_parts``).
         config: the run's configuration.
+        checkpoints: the checkpoint directory, already opened (locked) by the command line;
+            by default one is made from ``config.checkpoint`` (not locked).
     """
 
-    def __init__(self, part: Any, comm: Communicator, config: TrainConfig) -> None:
+    def __init__(
+        self,
+        part: Any,
+        comm: Communicator,
+        config: TrainConfig,
+        checkpoints: CheckpointDir | None = None,
+    ) -> None:
         if comm.size != part.num_parts or comm.rank != part.rank:
             raise ConfigError(
                 f"rank {comm.rank} of {comm.size} cannot train part {part.rank} of "
                 f"{part.num_parts} parts"
-            )
-        if config.weight_decay_scope not in ("first", "all"):
-            raise ConfigError(
-                f"--weight-decay-scope must be first or all, not {config.weight_decay_scope!r}"
             )
         self.part, self.comm, self.config = part, comm, config
         self.device = torch.device(config.device)
@@ -141,6 +160,11 @@ class Trainer:
         )
         self.start_epoch = 1
         self.history: dict[str, Any] = {"best_val_acc": -1.0, "test_at_best": 0.0, "epoch_s": []}
+        self.checkpoints = checkpoints
+        if checkpoints is None and config.checkpoint:
+            self.checkpoints = CheckpointDir(
+                config.checkpoint, comm.rank, resume=config.resume, force=config.force
+            )
 
     def _build_model(self, part: Any, input_dropout: float) -> GNN:
         """The model, seeded, with rank 0's initial parameters broadcast to every rank."""
@@ -186,6 +210,7 @@ class Trainer:
         params = list(self.model.parameters())
         flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
         self.comm.allreduce_(flat, "sum", tag="reduce")
+        check_finite(flat, epoch)
         offset = 0
         for p in params:
             p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
@@ -229,10 +254,18 @@ class Trainer:
 
     # -- the loop ----------------------------------------------------------------------------
     def resume(self) -> None:
-        """Restore model, optimiser, RNG and history from the checkpoint directory."""
-        state = load_checkpoint(
-            self.config.checkpoint, self.config.to_dict(), self.part.partition_hash
-        )
+        """Restore model, optimiser, RNG and history from the checkpoint directory.
+
+        Raises:
+            ConfigError: no usable checkpoint (missing, corrupted, another run's, or at an
+                epoch that leaves nothing to train); raised alike by every rank.
+        """
+        if self.checkpoints is None:
+            raise ConfigError("--resume needs --checkpoint DIR")
+        try:
+            state = self.checkpoints.load(self.config.to_dict(), self.part.partition_hash)
+        except ConfigError as exc:
+            raise mark_replicated(exc) from None
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
@@ -240,7 +273,7 @@ class Trainer:
         self.start_epoch = int(state["epoch"]) + 1
         compression = self.ctx.plan.compression
         if compression is not None and compression.error_feedback:
-            mine = load_rank_state(self.config.checkpoint, self.comm.rank, int(state["epoch"]))
+            mine = self.checkpoints.load_rank_state(int(state["epoch"]))
             compression.residuals = {
                 (int(k[0]), int(k[1])): v for k, v in mine["residuals"].items()
             }
@@ -249,17 +282,13 @@ class Trainer:
         """Write the checkpoint of ``epoch`` (every rank calls this, at the same epoch)."""
         compression = self.ctx.plan.compression
         per_rank = compression is not None and compression.error_feedback
+        ckpt = self.checkpoints
+        assert ckpt is not None
         if per_rank:  # residuals first: checkpoint.pt must never name an epoch without them
-            save_rank_state(
-                self.config.checkpoint,
-                self.comm.rank,
-                epoch,
-                {"residuals": dict(compression.residuals)},
-            )
+            ckpt.save_rank_state(epoch, {"residuals": dict(compression.residuals)})
             self.comm.barrier()
         if self.comm.rank == 0:
-            save_checkpoint(
-                self.config.checkpoint,
+            ckpt.save(
                 {
                     "model": self.model.state_dict(),
                     "optimizer": self.optimizer.state_dict(),
@@ -272,7 +301,7 @@ class Trainer:
             )
         if per_rank:
             self.comm.barrier()  # checkpoint.pt now names this epoch: older residuals can go
-            remove_rank_states(self.config.checkpoint, self.comm.rank, epoch)
+            ckpt.remove_rank_states(keep_epoch=epoch)
 
     def fit(self, log: Any | None = None) -> dict[str, Any]:
         """Run the epochs; rank 0 prints a line per epoch and writes JSONL to ``log``.

@@ -7,6 +7,11 @@ The tests call :func:`run_variants` in-process on the whole graph for the refere
 
 ``accuracy PARTS TRANSPORTS OUT.json SEEDS``: the Planetoid GCN recipe for each seed; saves
 the test accuracy at the best validation epoch per seed.
+
+``reduce PARTS TRANSPORTS OUT.npz``: ``allreduce_`` sums of the :func:`reduce_input` vectors of
+:data:`REDUCE_LENGTHS` lengths, and the parameters and losses after :data:`EPOCHS` epochs of the
+default GCN (dropout on); saves (rank 0) the results and the failures of the checks every rank
+made (same bits on every rank, bytes booked).
 """
 
 from __future__ import annotations
@@ -31,6 +36,63 @@ VARIANTS = [
 #: Variants whose exchanges go in this many slices (``fullgraph.exchange_slices``; shares of
 #: uneven size, some empty), so that the pipelined sliced exchange is checked too.
 SLICES = {"sage_sliced": 7}
+
+
+#: Vector lengths of the ``reduce`` mode (P is added: P - 1 and P + 1 give uneven chunks,
+#: 1 leaves every rank but rank 0 an empty chunk).
+REDUCE_LENGTHS = (1, 1000003)
+
+
+def reduce_input(rank: int, n: int, dtype: Any = np.float32) -> np.ndarray:
+    """Rank ``rank``'s contribution of length ``n``: magnitudes spread over 2^-30..2^30.
+
+    The spread makes sums in different orders round differently, so that a result equal to
+    the left-to-right sum bit for bit shows the order.
+    """
+    rng = np.random.default_rng([n, rank])
+    scale = np.exp2(rng.integers(-30, 31, n).astype(np.float64))
+    return (rng.standard_normal(n) * scale).astype(dtype)
+
+
+def reduce_run(part: Any, comm: Any) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Sums of :func:`reduce_input` vectors and 20 epochs of training; with the failures.
+
+    Returns:
+        Results (rank 0's ``sum/N``, ``params``, ``losses``) and this rank's failed checks.
+    """
+    import hashlib
+
+    from fullgraph.comm import chunk_sizes
+    from fullgraph.models import parameter_vector
+    from fullgraph.trainer import TrainConfig, Trainer
+
+    out: dict[str, np.ndarray] = {}
+    fails: list[str] = []
+    lengths = sorted({*REDUCE_LENGTHS, comm.size - 1, comm.size + 1})
+    for n in lengths:
+        for dtype in (np.float32, np.float64):
+            t = torch.from_numpy(reduce_input(comm.rank, n, dtype))
+            before = comm.bytes_sent["test"]
+            comm.allreduce_(t, "sum", tag="test")
+            mine = chunk_sizes(n, comm.size)[comm.rank]
+            want = (n - mine + (comm.size - 1) * mine) * t.element_size()
+            if comm.bytes_sent["test"] - before != want:
+                fails.append(f"n={n}: booked {comm.bytes_sent['test'] - before} B, not {want}")
+            digests = comm.allgather_object(hashlib.sha256(t.numpy().tobytes()).hexdigest())
+            if len(set(digests)) != 1:
+                fails.append(f"n={n} {np.dtype(dtype).name}: ranks hold different sums")
+            if dtype is np.float32:
+                out[f"sum/{n}"] = t.numpy().copy()
+    cfg = TrainConfig(model="gcn", epochs=EPOCHS, dropout=0.5, seed=3, quiet=True)
+    tr = Trainer(part, comm, cfg)
+    tr.fit()
+    params = parameter_vector(tr.model).detach()
+    if len(set(comm.allgather_object(params.numpy().tobytes()))) != 1:
+        fails.append("ranks hold different parameters after training")
+    out["params"] = params.numpy().copy()
+    out["losses"] = np.asarray(tr.history["losses"])
+    comm.barrier()
+    return out, fails
 
 
 def run_variants(part: Any, comm: Any) -> dict[str, np.ndarray]:
@@ -120,7 +182,7 @@ def main(argv: list[str]) -> int:
     """Entry point under mpirun: ``MODE PARTS TRANSPORTS OUT [SEEDS]``.
 
     ``PARTS`` may list several partition directories separated by ``,`` (accuracy mode) and
-    ``TRANSPORTS`` several transports (exact mode); results are keyed by both.
+    ``TRANSPORTS`` several transports (exact and reduce modes); results are keyed by both.
     """
     import numba
 
@@ -141,6 +203,12 @@ def main(argv: list[str]) -> int:
                 got = run_variants(part, comm)
                 got["halo_exchange_ok"] = np.asarray(check_halo_exchange(part, comm))
                 result.update({f"{transport}/{k}": v for k, v in got.items()})
+            elif mode == "reduce":
+                got, fails = reduce_run(part, comm)
+                failures = result.setdefault("failures", [])
+                for rank, theirs in enumerate(comm.allgather_object(fails)):
+                    failures += [f"{transport} rank {rank}: {f}" for f in theirs]
+                result.update({f"{transport}/{k}": v for k, v in got.items()})
             elif mode == "accuracy":
                 seeds = [int(s) for s in argv[4].split(",")]
                 result[f"{transport}/{parts}"] = accuracy_run(part, comm, seeds)
@@ -148,7 +216,9 @@ def main(argv: list[str]) -> int:
                 raise SystemExit(f"unknown mode {mode}")
         comm.close()
     if info.rank == 0:
-        if mode == "exact":
+        if mode == "reduce":
+            result["failures"] = np.asarray(result.get("failures", []), dtype=str)
+        if mode in ("exact", "reduce"):
             np.savez(out_path, **result)
         else:
             with open(out_path, "w") as f:

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mp_utils import run_mpi
 
 from fullgraph.datasets.ogb_writer import write_ogb
 from fullgraph.datasets.synthetic import generate
 
-MPIRUN = Path(sys.executable).parent / "mpirun"
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-needs_mpirun = pytest.mark.skipif(not MPIRUN.exists(), reason=f"{MPIRUN} not installed")
 
 GRADIENT_SCRIPT = """
 import sys
@@ -75,29 +74,24 @@ def one_rank_gradient(tiny_root, gradient_script) -> np.ndarray:
     return np.load(out)
 
 
-@needs_mpirun
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("transport", ["mpi", "gloo"])
 def test_two_ranks_give_the_first_step_gradient_of_one(
     tiny_root, gradient_script, one_rank_gradient, tmp_path, transport
 ) -> None:
     two = tmp_path / "p2.npy"
-    cmd = [str(MPIRUN), "-n", "2", sys.executable, str(gradient_script), str(tiny_root)]
-    r = run([*cmd, str(two), transport])
-    assert r.returncode == 0, r.stderr
+    run_mpi(2, [str(gradient_script), str(tiny_root), str(two), transport], 200)
     g1, g2 = one_rank_gradient, np.load(two)
     assert np.abs(g1[:-1]).max() > 0
     np.testing.assert_allclose(g2, g1, rtol=1e-5, atol=1e-7)
 
 
-@needs_mpirun
 @pytest.mark.timeout(240)
 def test_cli_two_ranks_writes_the_train_fields(tiny_root, tmp_path) -> None:
     log = tmp_path / "log.jsonl"
     args = ["--dataset", "synth-tiny", "--root", str(tiny_root), "--fanouts", "5,5"]
     args += ["--batch-size", "256", "--hidden", "32", "--epochs", "2", "--lr", "0.01"]
-    r = run([str(MPIRUN), "-n", "2", *cli(*args, "--log-json", str(log), "--threads", "1")])
-    assert r.returncode == 0, r.stderr
+    r = run_mpi(2, cli(*args, "--log-json", str(log), "--threads", "1")[1:], 200)
     assert r.stdout.count("epoch ") >= 2 and "final | best val" in r.stdout
     lines = [json.loads(s) for s in log.read_text().splitlines()]
     assert [rec["epoch"] for rec in lines[:-1]] == [1, 2]

@@ -91,13 +91,13 @@ def test_one_process_cli_and_bad_options(small_graph, tmp_path: Path, capsys) ->
     out = capsys.readouterr().out
     assert "epoch    3" in out and "final: best val" in out
     assert cli_main(["train", "--synthetic", "tiny", "--layers", "0"]) == 2
-    assert "--layers must be >= 1" in capsys.readouterr().err
+    assert "--layers must be an integer >= 1, got 0" in capsys.readouterr().err
     assert cli_main(["train", "--epochs", "3"]) == 2
     assert "exactly one of --parts" in capsys.readouterr().err
     assert cli_main(["train", "--synthetic", "tiny", "--resume"]) == 2
     assert "--resume needs --checkpoint" in capsys.readouterr().err
     assert cli_main(["train", "--synthetic", "tiny", "--exchange-buffer-mb", "0"]) == 2
-    assert "--exchange-buffer-mb must be positive" in capsys.readouterr().err
+    assert "--exchange-buffer-mb must be a finite number > 0" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert cli_main(["train", "--synthetic", "tiny", "--device", "cuda"]) == 2
         assert "sees no CUDA device" in capsys.readouterr().err
