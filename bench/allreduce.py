@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CSVWriter  # noqa: E402
+from common import CSVWriter
 
 BIN = Path(sys.executable).parent
 #: The model whose gradients are reduced: GCN, in 100, hidden 256, out 40, 3 layers.

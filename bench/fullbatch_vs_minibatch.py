@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CSVWriter, command_line  # noqa: E402
+from common import CSVWriter, command_line
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -29,11 +29,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CSVWriter  # noqa: E402
+from common import CSVWriter
 
-from fullgraph.kernels import CSRMatrix, spmm  # noqa: E402
-from fullgraph.kernels.spmm import SpmmFunction  # noqa: E402
-from fullgraph.kernels.spmm_cpu import DEFAULT_CPU_IMPL, spmm_embedding_bag, spmm_numba  # noqa: E402
+from fullgraph.kernels import CSRMatrix, spmm
+from fullgraph.kernels.spmm import SpmmFunction
+from fullgraph.kernels.spmm_cpu import DEFAULT_CPU_IMPL, spmm_embedding_bag, spmm_numba
 
 MALLOC_ENV = {
     "OMP_WAIT_POLICY": "PASSIVE",  # idle OpenMP threads sleep: CPU time then counts work only

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CSVWriter, command_line, median  # noqa: E402
+from common import CSVWriter, command_line, median
 
-from fullgraph.datasets import load  # noqa: E402
-from fullgraph.sampler import NeighborSampler, global_batches  # noqa: E402
+from fullgraph.datasets import load
+from fullgraph.sampler import NeighborSampler, global_batches
 
 
 def ours(graph, fanouts: list[int], batches: list[np.ndarray], repeat: int) -> list[float]:

@@ -105,7 +105,7 @@ def read_checkpoint_file(path: str | Path, *, weights_only: bool = False) -> dic
         state = torch.load(
             io.BytesIO(view[_HEADER_LEN:]), map_location="cpu", weights_only=weights_only
         )
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
+    except Exception as exc:
         raise ConfigError(f"cannot read checkpoint {path} ({exc})") from exc
     if not isinstance(state, dict):
         raise ConfigError(f"{path} does not hold a checkpoint dictionary")

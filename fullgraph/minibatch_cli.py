@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(args, config, comm, info, threads: int, agree) -> dict:  # noqa: ANN001
+def _train(args, config, comm, info, threads: int, agree) -> dict:
     """Outputs checked, dataset loaded (both agreed by all ranks), then the epochs."""
     from fullgraph.datasets import load, require_features
     from fullgraph.errors import DataError
@@ -157,7 +157,7 @@ def _train(args, config, comm, info, threads: int, agree) -> dict:  # noqa: ANN0
     try:
         agree(comm, outputs.open)
 
-        def load_graph():  # noqa: ANN202 - Graph
+        def load_graph():
             graph = load(args.dataset, args.root)  # the default split, as `fullgraph train`
             require_features(graph)
             if not graph.train_mask.any():

@@ -106,7 +106,7 @@ class RunOutputs:
             else:
                 mode = "w" if self.force else "x"
             try:
-                self.log = open(self.log_json, mode)  # noqa: SIM115 - streamed, closed in close()
+                self.log = open(self.log_json, mode)
             except FileExistsError:
                 raise FileExistsError(
                     f"--log-json {self.log_json} appeared since the run started (another run?); "

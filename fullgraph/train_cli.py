@@ -157,7 +157,7 @@ def _set_threads(threads: int) -> None:
         pass
 
 
-def _load_part(args: argparse.Namespace, rank: int):  # noqa: ANN202 - Partition or WholeGraphPart
+def _load_part(args: argparse.Namespace, rank: int):
     if args.parts:
         from fullgraph.partition.load import load_partition
 
@@ -173,7 +173,7 @@ def _load_part(args: argparse.Namespace, rank: int):  # noqa: ANN202 - Partition
     return whole_graph_part(load(args.dataset, args.root))
 
 
-def _config(args: argparse.Namespace, transport: str):  # noqa: ANN202 - TrainConfig
+def _config(args: argparse.Namespace, transport: str):
     """The run's :class:`~fullgraph.train_config.TrainConfig` (validated) from the options."""
     from fullgraph.train_config import TrainConfig
 
@@ -264,7 +264,7 @@ def run_train(args: argparse.Namespace) -> int:
         comm.close()
 
 
-def _train(args: argparse.Namespace, cfg, comm, info, threads: int) -> int:  # noqa: ANN001
+def _train(args: argparse.Namespace, cfg, comm, info, threads: int) -> int:
     from fullgraph.checkpoint import CheckpointDir
     from fullgraph.faults import agree
     from fullgraph.run_outputs import RunOutputs

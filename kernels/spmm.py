@@ -67,13 +67,13 @@ class SpmmFunction(torch.autograd.Function):
     """Autograd for ``Y = A @ X`` with a constant sparse ``A``: ``dX = A^T @ dY``."""
 
     @staticmethod
-    def forward(ctx, X: torch.Tensor, A: CSRMatrix, backend: str) -> torch.Tensor:  # noqa: D102
+    def forward(ctx, X: torch.Tensor, A: CSRMatrix, backend: str) -> torch.Tensor:
         ctx.A = A
         ctx.backend = backend
         return spmm_forward(A, X, backend)
 
     @staticmethod
-    def backward(ctx, dY: torch.Tensor):  # noqa: D102
+    def backward(ctx, dY: torch.Tensor):
         dX = spmm_forward(ctx.A.t(), dY, ctx.backend) if ctx.needs_input_grad[0] else None
         return dX, None, None
 

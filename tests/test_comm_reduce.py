@@ -79,7 +79,7 @@ def _run_ranks(size: int, fn: Callable[[_ThreadComm], object]) -> list[object]:
     def body(r: int) -> None:
         try:
             out[r] = fn(comms[r])
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+        except BaseException as exc:
             errors.append(exc)
             world.barrier.abort()
 

@@ -60,7 +60,7 @@ def _one_error_line(err: str, code: int, got: int, *needles: str) -> None:
         assert needle in lines[0], (needle, lines[0])
 
 
-def _cli(args: list[str], capsys) -> tuple[int, str]:  # noqa: ANN001
+def _cli(args: list[str], capsys) -> tuple[int, str]:
     with one_thread():
         code = cli_main(args)
     return code, capsys.readouterr().err
@@ -228,7 +228,7 @@ def _flip_last_byte(path: Path) -> None:
 )
 def test_corrupted_checkpoints_are_refused_on_resume(
     tamper, needle: str, tmp_path: Path, capsys
-) -> None:  # noqa: ANN001
+) -> None:
     ckpt = tmp_path / "ckpt"
     code, err = _cli([*TRAIN, "--epochs", "2", "--checkpoint", str(ckpt)], capsys)
     assert code == 0, err
