@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 import traceback
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from fullgraph.comm import Communicator
-from fullgraph.errors import FullgraphError, mark_replicated, one_line
+from fullgraph.errors import FullgraphError, is_replicated, mark_replicated, one_line
 
 T = TypeVar("T")
 
@@ -30,9 +31,14 @@ def abort_job(comm: Communicator, command: str, exc: BaseException) -> None:
         command: the subcommand name, for the message prefix.
         exc: the exception that ended this rank's work.
     """
-    if isinstance(exc, FullgraphError):
-        message = f"fullgraph {command}: error: rank {comm.rank}: {exc}\n"
-        code = 2
+    if isinstance(exc, FullgraphError | FileExistsError | FileNotFoundError | PermissionError):
+        message = f"fullgraph {command}: error: rank {comm.rank}: {one_line(exc)}\n"
+        code = exc.exit_code if isinstance(exc, FullgraphError) else 2
+    elif isinstance(exc, KeyboardInterrupt):
+        terminated = type(exc).__name__ == "Terminated"
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        message = f"fullgraph {command}: rank {comm.rank} {what}; ending every rank\n"
+        code = 128 + (signal.SIGTERM if terminated else signal.SIGINT)
     else:
         details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         message = f"fullgraph {command}: rank {comm.rank} failed:\n{details}"
@@ -87,3 +93,33 @@ def agree(comm: Communicator, fn: Callable[[], T]) -> T:
     exc = FullgraphError(f"rank {rank}: {message}")
     exc.exit_code = code
     raise mark_replicated(exc)
+
+
+def run_on_every_rank(comm: Communicator, command: str, fn: Callable[[], T]) -> T:
+    """Run a command's work on this rank and end the job consistently when it fails.
+
+    - one process, or an error every rank raised alike (marked replicated): it propagates, so
+      the command line prints it once (rank 0) and every rank exits with its status;
+    - anything else on a rank of several, Ctrl-C and SIGTERM included: :func:`abort_job` names
+      the rank and ends every rank (a rank that merely exited would leave its peers waiting).
+
+    The communicator is closed when the work ends normally or alike on every rank.
+
+    Args:
+        comm: the job's communicator.
+        command: the subcommand name, for messages.
+        fn: the work.
+
+    Returns:
+        What ``fn`` returned.
+    """
+    try:
+        result = fn()
+    except BaseException as exc:
+        if comm.size == 1 or is_replicated(exc) or isinstance(exc, SystemExit):
+            comm.close()
+            raise
+        abort_job(comm, command, exc)
+        raise
+    comm.close()
+    return result

@@ -91,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from fullgraph.comm import create_communicator
-    from fullgraph.errors import FullgraphError, is_replicated, mark_replicated
-    from fullgraph.faults import abort_job, agree
+    from fullgraph.errors import FullgraphError, mark_replicated
+    from fullgraph.faults import agree, run_on_every_rank
     from fullgraph.launch import default_threads, detect_launch
     from fullgraph.minibatch import MinibatchConfig
     from fullgraph.option_checks import check_number, check_timeout
@@ -125,16 +125,9 @@ def run(args: argparse.Namespace) -> int:
     if transport == "auto":
         transport = "mpi" if info.under_mpi else "local"
     comm = create_communicator(transport, info, timeout_s=args.timeout)
-    try:
-        final = _train(args, config, comm, info, threads, agree)
-    except Exception as exc:
-        if comm.size == 1 or is_replicated(exc):
-            raise
-        # One failing rank would leave the others blocked in a collective: abort the job.
-        abort_job(comm, "minibatch", exc)
-        raise
-    finally:
-        comm.close()
+    final = run_on_every_rank(
+        comm, "minibatch", lambda: _train(args, config, comm, info, threads, agree)
+    )
     if comm.rank == 0 and not args.quiet:
         print(
             f"final | best val {final['best_val_acc']:.4f} (epoch {final['best_epoch']}) "

@@ -221,8 +221,8 @@ def run_train(args: argparse.Namespace) -> int:
     # ~25% off an arxiv-sized epoch here).
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     from fullgraph.comm import create_communicator
-    from fullgraph.errors import ConfigError, FullgraphError, is_replicated, mark_replicated
-    from fullgraph.faults import abort_job
+    from fullgraph.errors import ConfigError, FullgraphError, mark_replicated
+    from fullgraph.faults import run_on_every_rank
     from fullgraph.launch import default_threads, detect_launch
     from fullgraph.resources import release_freed_memory
 
@@ -253,15 +253,7 @@ def run_train(args: argparse.Namespace) -> int:
     threads = args.threads or default_threads(info)
     _set_threads(threads)
     comm = create_communicator(transport, info, args.timeout)
-    try:
-        return _train(args, cfg, comm, info, threads)
-    except Exception as exc:
-        if comm.size == 1 or is_replicated(exc):
-            raise
-        abort_job(comm, "train", exc)
-        return 1
-    finally:
-        comm.close()
+    return run_on_every_rank(comm, "train", lambda: _train(args, cfg, comm, info, threads))
 
 
 def _train(args: argparse.Namespace, cfg, comm, info, threads: int) -> int:
