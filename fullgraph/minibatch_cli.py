@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from fullgraph.faults import agree, run_on_every_rank
     from fullgraph.launch import default_threads, detect_launch
     from fullgraph.minibatch import MinibatchConfig
-    from fullgraph.option_checks import check_number, check_timeout
+    from fullgraph.option_checks import check_number, check_path, check_timeout
     from fullgraph.resources import release_freed_memory
 
     info = detect_launch()
@@ -115,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
         )
         check_number("--threads", args.threads, low=1, integer=True, optional=True)
         check_timeout("--timeout", args.timeout)
+        for option in ("dataset", "root", "log_json"):
+            check_path(f"--{option.replace('_', '-')}", getattr(args, option))
     except FullgraphError as exc:
         raise mark_replicated(exc) from None
     threads = args.threads if args.threads is not None else default_threads(info)

@@ -74,3 +74,9 @@ def check_probability(option: str, value: float | None, *, optional: bool = Fals
 def check_timeout(option: str, value: float) -> None:
     """A timeout in seconds: finite and positive."""
     check_number(option, value, low=0.0, low_open=True)
+
+
+def check_path(option: str, value: str | None) -> None:
+    """A path or name option, when given, is not empty (empty would silently mean none)."""
+    if value is not None and not str(value).strip():
+        raise ConfigError(f"{option} needs a value, got {value!r}")

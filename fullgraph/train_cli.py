@@ -122,15 +122,17 @@ def _check_args(args: argparse.Namespace) -> None:
     """The options that are not part of the run's config, before any work (alike on every
     rank); :class:`~fullgraph.train_config.TrainConfig` checks the rest."""
     from fullgraph.errors import ConfigError
-    from fullgraph.option_checks import check_number, check_timeout
+    from fullgraph.option_checks import check_number, check_path, check_timeout
 
-    sources = [s for s in ("parts", "dataset", "synthetic") if getattr(args, s)]
+    sources = [s for s in ("parts", "dataset", "synthetic") if getattr(args, s) is not None]
     if len(sources) != 1:
         raise ConfigError("give exactly one of --parts, --dataset (with --root), --synthetic")
     if args.dataset and not args.root:
         raise ConfigError("--dataset needs --root (the dataset root directory)")
     check_number("--threads", args.threads, low=1, integer=True, optional=True)
     check_timeout("--timeout", args.timeout)
+    for option in ("parts", "dataset", "root", "log_json", "checkpoint"):
+        check_path(f"--{option.replace('_', '-')}", getattr(args, option))
 
 
 def _check_device(device: str, transport: str) -> None:

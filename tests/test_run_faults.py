@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mp_utils import one_thread, run_mpi
+from mp_utils import mpi_command, one_thread, run_mpi
 
 from fullgraph.checkpoint import CheckpointDir, read_checkpoint_file
 from fullgraph.cli import main as cli_main
@@ -302,3 +302,29 @@ def test_errors_every_rank_raises_are_printed_once(small_partitions, tmp_path: P
     _one_error_line(proc.stderr, 2, proc.returncode, "holds the checkpoint of epoch 2")
     proc = run_mpi(2, [*train, "--epochs", "30", "--lr", "1e30"], 90, expect_ok=False)
     _one_error_line(proc.stderr, 3, proc.returncode, "the loss is nan")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signalled_rank_ends_the_whole_job(signum: int, small_partitions, tmp_path) -> None:
+    """SIGTERM (handled, like Ctrl-C) or SIGKILL on one rank: every rank ends, none hangs."""
+    args = ["-m", "fullgraph.cli", "train", "--parts", str(small_partitions[2]), "--quiet"]
+    cmd = mpi_command(2, [*args, "--epochs", "1000000"])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    ranks: list[int] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(ranks) < 2:
+        found = subprocess.run(["pgrep", "-f", str(small_partitions[2])], capture_output=True)
+        ranks = [int(p) for p in found.stdout.split() if int(p) != proc.pid]
+        time.sleep(0.5)
+    time.sleep(3)  # well into training
+    os.kill(max(ranks), signum)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and time.monotonic() - t0 < 30, err
+    assert "Traceback" not in err, err
+    if signum == signal.SIGTERM:
+        assert "terminated (SIGTERM); ending every rank" in err, err
+    survivors = subprocess.run(["pgrep", "-f", str(small_partitions[2])], capture_output=True)
+    assert survivors.stdout.split() == [], "a rank outlived the job"
