@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -58,19 +60,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     info.set_defaults(func=_info)
 
 
-def _setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+def setup_logging() -> None:
+    """Progress messages (INFO) to stdout, warnings and errors to stderr.
+
+    A command that fails on bad input then leaves exactly one line on stderr: its error.
+    Does nothing when logging is configured already (as :func:`logging.basicConfig`).
+    """
+    progress = logging.StreamHandler(sys.stdout)
+    progress.addFilter(lambda record: record.levelno < logging.WARNING)
+    problems = logging.StreamHandler(sys.stderr)
+    problems.setLevel(logging.WARNING)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(name)s: %(message)s",
+        handlers=[progress, problems],
+    )
 
 
 def _synth(args: argparse.Namespace) -> int:
+    from fullgraph.atomic import check_output
     from fullgraph.datasets.ogb_writer import dataset_dir
     from fullgraph.datasets.synthetic import generate, write_ogb
+    from fullgraph.errors import ConfigError
     from fullgraph.resources import StageTimer
 
-    _setup_logging()
-    target = dataset_dir(args.root, args.name)
-    if target.exists() and not args.force:
+    setup_logging()
+    target = dataset_dir(args.root, args.name)  # DataError for a name that is a path
+    if os.path.lexists(args.root) and not args.root.is_dir():
+        raise ConfigError(f"--root {args.root} is a file; give the dataset root directory")
+    if os.path.lexists(target) and not args.force:
         raise FileExistsError(f"{target} already exists (use --force to replace it)")
+    check_output(target, "dataset directory", kind="dir", exist_ok=True)
     timer = StageTimer()
     with timer.stage("generate"):
         graph = generate(args.preset, seed=args.seed)
@@ -90,7 +110,7 @@ def _synth(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     from fullgraph.datasets.registry import load
 
-    _setup_logging()
+    setup_logging()
     t0 = time.perf_counter()
     g = load(args.dataset, args.root, symmetric=not args.directed)
     seconds = time.perf_counter() - t0

@@ -8,6 +8,33 @@ import numpy as np
 
 from fullgraph.errors import DataError
 
+#: The split masks of a graph or a part, in the order messages name them.
+SPLITS = ("train_mask", "val_mask", "test_mask")
+
+
+def first_overlap(masks: dict[str, np.ndarray]) -> tuple[str, str, int] | None:
+    """The first node that two split masks both hold.
+
+    Args:
+        masks: bool masks of equal length by name (``train_mask``, ``val_mask``, ...).
+
+    Returns:
+        ``(name_a, name_b, node)`` for the first overlapping pair (in the order of ``masks``)
+        and the lowest node in both, or ``None`` when the masks are disjoint.
+    """
+    names = list(masks)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            both = np.logical_and(masks[a], masks[b])
+            if both.any():
+                return a, b, int(np.argmax(both))
+    return None
+
+
+def split_name(mask_name: str) -> str:
+    """``train_mask`` -> ``train`` (the word messages use for a split)."""
+    return mask_name.removesuffix("_mask")
+
 
 @dataclass
 class Graph:
@@ -87,6 +114,8 @@ class Graph:
                 )
         if self.y.shape != (n,):
             raise DataError(f"{self.name}: labels have shape {self.y.shape}, expected ({n},)")
+        if self.y.size and self.y.min() < -1:
+            raise DataError(f"{self.name}: label {int(self.y.min())} is negative (-1 = unlabelled)")
         labelled = self.y[self.y >= 0]
         if labelled.size and labelled.max() >= self.num_classes:
             raise DataError(
@@ -99,4 +128,11 @@ class Graph:
                 raise DataError(f"{self.name}: {mname} must be bool of shape ({n},)")
             if np.any(self.y[m] < 0):
                 raise DataError(f"{self.name}: {mname} holds unlabelled nodes")
+        overlap = first_overlap({k: getattr(self, k) for k in SPLITS})
+        if overlap is not None:
+            a, b, v = overlap
+            raise DataError(
+                f"{self.name}: node {v} is in both the {split_name(a)} and the {split_name(b)} "
+                f"split; a node may be in one split only"
+            )
         return self

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from fullgraph.datasets.graph import Graph
-from fullgraph.datasets.ogb_writer import dataset_dir
+from fullgraph.datasets.ogb_writer import raw_dir
 from fullgraph.datasets.ops import edges_to_csr
 from fullgraph.datasets.split import per_class_split
 from fullgraph.errors import DataError
@@ -30,23 +30,53 @@ _LABEL_COLUMN = {"facebook": "page_type", "github": "ml_target"}
 def _read_table(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise DataError(f"missing file: expected {path}")
-    import pyarrow.csv as pacsv  # imported here, as in the OGB reader
+    import pyarrow as pa  # imported here, as in the OGB reader
+    import pyarrow.csv as pacsv
 
-    table = pacsv.read_csv(path)
+    try:
+        table = pacsv.read_csv(path)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc}); check the file") from exc
+    except (ValueError, pa.ArrowException) as exc:  # pa.ArrowInvalid: empty, ragged, not text
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"{path}: cannot parse as CSV with a header row: {msg}") from exc
     return {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
+
+
+def _ids(table: dict[str, np.ndarray], column: str, path: Path) -> np.ndarray:
+    """Column ``column`` of a CSV table as int64 node ids (whole numbers, no gaps)."""
+    a = table[column]
+    if not np.issubdtype(a.dtype, np.integer):
+        found = "text or empty fields" if a.dtype == object else a.dtype
+        raise DataError(f"{path}: column {column!r} must hold integer node ids, found {found}")
+    return a.astype(np.int64, copy=False)
 
 
 def _features(path: Path, n: int) -> np.ndarray:
     try:
-        rows = json.loads(path.read_text())
+        rows = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc}); check the file") from exc
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON ({exc.msg})") from exc
-    ids = np.array([int(k) for k in rows], dtype=np.int64)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON (not UTF-8 text)") from exc
+    shape = "a JSON object of node id -> list of feature ids"
+    if not isinstance(rows, dict):
+        raise DataError(f"{path}: expected {shape}, found {type(rows).__name__}")
+    try:
+        ids = np.array([int(k) for k in rows], dtype=np.int64)
+        lists = [np.asarray(v, dtype=np.int64).reshape(-1) for v in rows.values()]
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise DataError(f"{path}: expected {shape} ({exc})") from exc
     if ids.size and (ids.min() < 0 or ids.max() >= n):
-        raise DataError(f"{path}: node id {int(ids.max())} out of range [0, {n})")
-    width = 1 + max((max(v) for v in rows.values() if v), default=-1)
+        bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+        raise DataError(f"{path}: node id {bad} out of range [0, {n})")
+    if any(v.size and v.min() < 0 for v in lists):
+        raise DataError(f"{path}: a feature id is negative")
+    width = 1 + max((int(v.max()) for v in lists if v.size), default=-1)
     x = np.zeros((n, width), dtype=np.float32)
-    for node, feats in zip(ids, rows.values(), strict=True):
+    for node, feats in zip(ids, lists, strict=True):
         x[node, feats] = 1.0
     return x
 
@@ -74,27 +104,34 @@ def read_musae(
     Raises:
         DataError: missing file (path named) or inconsistent contents.
     """
-    raw = dataset_dir(root, name) / "raw"
-    target = _read_table(raw / "target.csv")
+    raw = raw_dir(root, name)
+    target_path = raw / "target.csv"
+    target = _read_table(target_path)
     col = _LABEL_COLUMN[name]
     if "id" not in target or col not in target:
-        raise DataError(f"{raw / 'target.csv'}: needs columns 'id' and {col!r}")
-    n = target["id"].shape[0]
-    if not np.array_equal(np.sort(target["id"]), np.arange(n)):
-        raise DataError(f"{raw / 'target.csv'}: ids are not 0..{n - 1}")
-    classes, codes = np.unique(target[col], return_inverse=True)
+        raise DataError(f"{target_path}: needs columns 'id' and {col!r}")
+    ids = _ids(target, "id", target_path)
+    n = ids.shape[0]
+    if not np.array_equal(np.sort(ids), np.arange(n)):
+        raise DataError(f"{target_path}: ids are not 0..{n - 1} (each once)")
+    labels = target[col]
+    blank = labels.dtype == object and any(v is None or not str(v).strip() for v in labels)
+    if labels.dtype.kind == "f" or blank:
+        raise DataError(f"{target_path}: column {col!r} has an empty value; every node needs one")
+    classes, codes = np.unique(labels, return_inverse=True)
     y = np.empty(n, dtype=np.int64)
-    y[target["id"].astype(np.int64)] = codes
-    edges = _read_table(raw / "edges.csv")
+    y[ids] = codes
+    edges_path = raw / "edges.csv"
+    edges = _read_table(edges_path)
     if "id_1" not in edges or "id_2" not in edges:
-        raise DataError(f"{raw / 'edges.csv'}: needs columns 'id_1' and 'id_2'")
+        raise DataError(f"{edges_path}: needs columns 'id_1' and 'id_2'")
     indptr, indices = edges_to_csr(
-        edges["id_1"],
-        edges["id_2"],
+        _ids(edges, "id_1", edges_path),
+        _ids(edges, "id_2", edges_path),
         n,
         symmetric=symmetric,
         remove_self_loops=remove_self_loops,
-        what=str(raw / "edges.csv"),
+        what=str(edges_path),
     )
     missing: list[str] = []
     feat = raw / "features.json"

@@ -16,14 +16,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from fullgraph.atomic import atomic_dir, atomic_write_json
-from fullgraph.datasets.graph import Graph
-from fullgraph.datasets.ogb_writer import MARKER_FORMAT, dataset_dir
+from fullgraph.datasets.graph import Graph, first_overlap
+from fullgraph.datasets.ogb_writer import MARKER_FORMAT, raw_dir
 from fullgraph.datasets.ops import edges_to_csr, index_to_mask
 from fullgraph.errors import DataError
 
@@ -36,13 +37,40 @@ _ARRAYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
 
 
 def _require(path: Path) -> Path:
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except OSError as exc:  # a directory on the way that cannot be searched
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc}); check the file") from exc
+    if not is_file:
+        if path.exists():
+            raise DataError(f"{path} is not a regular file; put the dataset's file there")
         raise DataError(f"missing file: expected {path}")
     return path
 
 
+def _read_error(path: Path, dtype: str, exc: BaseException) -> DataError:
+    """The one-line :class:`DataError` for a file pyarrow could not read or parse."""
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return DataError(f"{path}: cannot read ({exc.strerror or msg}); check the file")
+    if "Empty CSV file" in msg or isinstance(exc, StopIteration):
+        return DataError(f"{path}: the file is empty; replace it with an intact copy")
+    if isinstance(exc, (OSError, EOFError, zlib.error)):
+        kind = "gzip file" if path.suffix == ".gz" else "file"
+        return DataError(
+            f"{path}: not a readable {kind} ({msg}); it is truncated or corrupted, "
+            f"replace it with an intact copy"
+        )
+    return DataError(f"{path}: cannot parse as CSV of {dtype}: {msg}")
+
+
 def read_csv_columns(
-    path: Path, dtype: str, total_rows: int | None = None, desc: str = ""
+    path: Path,
+    dtype: str,
+    total_rows: int | None = None,
+    desc: str = "",
+    *,
+    columns: int | None = None,
 ) -> np.ndarray:
     """Read a headerless numeric CSV (plain or ``.gz``) into a 2-D numpy array.
 
@@ -51,12 +79,14 @@ def read_csv_columns(
         dtype: arrow type name of every column (``int64``, ``float32``, ``float64``).
         total_rows: expected rows, for the progress bar (``None``: unknown).
         desc: progress-bar label.
+        columns: the number of columns the file must have (``None``: any).
 
     Returns:
         Array [rows, columns] of the matching numpy dtype.
 
     Raises:
-        DataError: the file is missing, empty or not numeric.
+        DataError: the file is missing, unreadable, truncated or not gzip (``.gz``), empty, not
+            numeric, ragged, or has another number of columns than ``columns``.
     """
     import pyarrow as pa  # only when parsing raw files: ranks never pay its memory
     import pyarrow.csv as pacsv
@@ -64,42 +94,73 @@ def read_csv_columns(
     _require(path)
     compression = "gzip" if path.suffix == ".gz" else None
     ro = pacsv.ReadOptions(autogenerate_column_names=True, block_size=1 << 24)
+    failures = (
+        ValueError,  # pa.ArrowInvalid (parse and conversion errors), UnicodeDecodeError
+        pa.ArrowTypeError,
+        pa.ArrowNotImplementedError,
+        pa.ArrowIndexError,
+        pa.ArrowKeyError,
+        OSError,  # pa.ArrowIOError: truncated or non-gzip stream, unreadable file
+        EOFError,
+        zlib.error,
+        StopIteration,
+    )
     try:
         stream = pa.input_stream(str(path), compression=compression)
-        first = pacsv.open_csv(stream, read_options=ro)
-        ncols = len(first.schema)
-        stream.close()
+        try:
+            first = pacsv.open_csv(stream, read_options=ro)
+            ncols = len(first.schema)
+        finally:
+            stream.close()
+        if columns is not None and ncols != columns:
+            raise DataError(
+                f"{path}: {ncols} comma-separated columns per row, expected {columns}; "
+                f"check that it is the right file"
+            )
         arrow_type = pa.type_for_alias(dtype)
         co = pacsv.ConvertOptions(column_types={f"f{j}": arrow_type for j in range(ncols)})
         stream = pa.input_stream(str(path), compression=compression)
-        reader = pacsv.open_csv(stream, read_options=ro, convert_options=co)
-        chunks = []
-        show = total_rows is not None and total_rows * ncols >= 20_000_000
-        with tqdm(
-            total=total_rows,
-            desc=desc or path.name,
-            unit="row",
-            unit_scale=True,
-            leave=False,
-            disable=not show,
-        ) as bar:
-            for batch in reader:
-                cols = [c.to_numpy(zero_copy_only=False) for c in batch.columns]
-                chunks.append(np.stack(cols, axis=1) if ncols > 1 else cols[0][:, None])
-                bar.update(batch.num_rows)
-        stream.close()
-    except (pa.ArrowInvalid, StopIteration) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else "empty file"
-        raise DataError(f"{path}: cannot parse as CSV of {dtype}: {msg}") from exc
-    if not chunks:
-        raise DataError(f"{path}: file holds no rows")
+        try:
+            reader = pacsv.open_csv(stream, read_options=ro, convert_options=co)
+            chunks = []
+            show = total_rows is not None and total_rows * ncols >= 20_000_000
+            with tqdm(
+                total=total_rows,
+                desc=desc or path.name,
+                unit="row",
+                unit_scale=True,
+                leave=False,
+                disable=None if show else True,  # None: only on a terminal
+            ) as bar:
+                for batch in reader:
+                    cols = [c.to_numpy(zero_copy_only=False) for c in batch.columns]
+                    chunks.append(np.stack(cols, axis=1) if ncols > 1 else cols[0][:, None])
+                    bar.update(batch.num_rows)
+        finally:
+            stream.close()
+    except failures as exc:
+        raise _read_error(path, dtype, exc) from exc
+    rows = sum(c.shape[0] for c in chunks)
+    if rows == 0:
+        raise DataError(f"{path}: the file holds no rows; replace it with an intact copy")
     out = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+    if dtype.startswith("int") and not np.issubdtype(out.dtype, np.integer):
+        raise DataError(f"{path}: a row has an empty field where an integer belongs")
     return np.ascontiguousarray(out)
 
 
-def _read_count(path: Path) -> int:
-    vals = read_csv_columns(path, "int64")
-    return int(vals[0, 0])
+def _read_count(path: Path, least: int) -> int:
+    """The single integer of a ``num-*-list.csv.gz`` file (``>= least``)."""
+    vals = read_csv_columns(path, "int64", columns=1)
+    if vals.shape[0] != 1:
+        raise DataError(
+            f"{path}: {vals.shape[0]} rows, expected one count (only single-graph node "
+            f"property datasets are read)"
+        )
+    count = int(vals[0, 0])
+    if count < least:
+        raise DataError(f"{path}: count {count} is below {least}; the file is wrong")
+    return count
 
 
 def _split_dir(d: Path, marker: dict) -> Path:
@@ -126,11 +187,22 @@ def read_marker(d: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        marker = json.loads(path.read_text())
+        marker = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON (not UTF-8 text)") from exc
+    if not isinstance(marker, dict):
+        raise DataError(f"{path}: expected a JSON object, found {type(marker).__name__}")
     if marker.get("format") != MARKER_FORMAT:
         raise DataError(f"{path}: unknown format {marker.get('format')!r}")
+    classes = marker.get("num_classes")
+    if classes is not None and (
+        isinstance(classes, bool) or not isinstance(classes, int) or classes < 0
+    ):
+        raise DataError(f"{path}: num_classes must be a non-negative integer, got {classes!r}")
     return marker
 
 
@@ -178,47 +250,82 @@ def _save_cache(cache: Path, key: dict, arrays: dict) -> None:
 
 def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops: bool) -> dict:
     raw = d / "raw"
-    n = _read_count(_require(raw / "num-node-list.csv.gz"))
-    m = _read_count(_require(raw / "num-edge-list.csv.gz"))
+    n_path, m_path = raw / "num-node-list.csv.gz", raw / "num-edge-list.csv.gz"
+    n = _read_count(_require(n_path), 1)
+    m = _read_count(_require(m_path), 0)
+    says = f"{n_path.name} says {n} nodes"
     log.info("%s: reading %d edges of %d nodes", name, m, n)
-    edges = read_csv_columns(_require(raw / "edge.csv.gz"), "int64", m, f"{name} edges")
-    if edges.shape[1] != 2:
-        raise DataError(f"{raw / 'edge.csv.gz'}: expected 2 columns, found {edges.shape[1]}")
-    if edges.shape[0] != m:
-        raise DataError(f"{raw / 'edge.csv.gz'}: {edges.shape[0]} edges but num-edge-list says {m}")
-    src, dst = edges[:, 0].copy(), edges[:, 1].copy()
-    del edges
-    indptr, indices = edges_to_csr(
-        src,
-        dst,
-        n,
-        symmetric=symmetric,
-        remove_self_loops=remove_self_loops,
-        what=str(raw / "edge.csv.gz"),
-    )
-    del src, dst
-    x = None
-    feat = raw / "node-feat.csv.gz"
-    if feat.is_file() or marker.get("has_features", True):
-        x = read_csv_columns(_require(feat), "float32", n, f"{name} features")
-        if x.shape[0] != n:
-            raise DataError(f"{feat}: {x.shape[0]} feature rows but {n} nodes")
+    # labels first: a small file whose row count tells a wrong node count cheaply
     label_path = _require(raw / "node-label.csv.gz")
     yf = read_csv_columns(label_path, "float64", n, f"{name} labels")
     if yf.shape[1] != 1:
         raise DataError(f"{label_path}: {yf.shape[1]} label columns; only single-label is read")
     yf = yf[:, 0]
     if yf.shape[0] != n:
-        raise DataError(f"{label_path}: {yf.shape[0]} labels but {n} nodes")
+        raise DataError(
+            f"{label_path}: {yf.shape[0]} labels but {n} nodes ({n_path.name}); one of the two "
+            f"files is wrong"
+        )
     labelled = np.isfinite(yf)
     if labelled.any() and (yf[labelled] < 0).any():
         raise DataError(f"{label_path}: negative label {yf[labelled].min():g}")
+    fractional = labelled & (yf != np.floor(np.where(labelled, yf, 0)))
+    if fractional.any():
+        v = int(np.argmax(fractional))
+        raise DataError(f"{label_path}: label {yf[v]:g} of node {v} is not an integer class id")
+    if labelled.any() and yf[labelled].max() >= 2**31:
+        raise DataError(f"{label_path}: label {yf[labelled].max():g} is too large")
     y = np.where(labelled, yf, -1).astype(np.int64)
+    edge_path = raw / "edge.csv.gz"
+    edges = read_csv_columns(_require(edge_path), "int64", m, f"{name} edges", columns=2)
+    if edges.shape[0] != m:
+        raise DataError(f"{edge_path}: {edges.shape[0]} edges but num-edge-list says {m}")
+    src, dst = edges[:, 0].copy(), edges[:, 1].copy()
+    del edges
+    try:
+        indptr, indices = edges_to_csr(
+            src,
+            dst,
+            n,
+            symmetric=symmetric,
+            remove_self_loops=remove_self_loops,
+            what=str(edge_path),
+        )
+    except DataError as exc:
+        raise DataError(f"{exc} ({says}; one of the two files is wrong)") from None
+    del src, dst
+    x = None
+    feat = raw / "node-feat.csv.gz"
+    if feat.is_file() or marker.get("has_features", True):
+        x = read_csv_columns(_require(feat), "float32", n, f"{name} features")
+        if x.shape[0] != n:
+            raise DataError(
+                f"{feat}: {x.shape[0]} feature rows but {n} nodes ({n_path.name}); one of the "
+                f"two files is wrong"
+            )
+        bad_rows = np.flatnonzero(~np.isfinite(x).all(axis=1))
+        if bad_rows.size:
+            raise DataError(
+                f"{feat}: features hold NaN or infinite values in {bad_rows.size} rows "
+                f"(first: node {int(bad_rows[0])}); features must be finite"
+            )
     split = _split_dir(d, marker)
     masks = {}
     for key, fname in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
         p = _require(split / f"{fname}.csv.gz")
-        masks[key] = index_to_mask(read_csv_columns(p, "int64")[:, 0], n, str(p))
+        ids = read_csv_columns(p, "int64", columns=1)[:, 0]
+        try:
+            masks[key] = index_to_mask(ids, n, str(p))
+        except DataError as exc:
+            raise DataError(f"{exc} ({says})") from None
+    overlap = first_overlap(masks)
+    if overlap is not None:
+        a, b, v = overlap
+        files = {"train_mask": "train", "val_mask": "valid", "test_mask": "test"}
+        raise DataError(
+            f"{split}: node {v} is in both {files[a]}.csv.gz and {files[b]}.csv.gz; "
+            f"a node may be in one split only"
+        )
     return {"indptr": indptr, "indices": indices, "x": x, "y": y, **masks}
 
 
@@ -247,23 +354,26 @@ def read_ogb(
     Raises:
         DataError: missing files (path named), malformed or inconsistent contents.
     """
-    d = dataset_dir(root, name)
-    if not d.is_dir():
-        raise DataError(f"dataset {name!r} not found: expected directory {d}")
+    d = raw_dir(root, name).parent
     marker = read_marker(d)
     variant = ("sym" if symmetric else "dir") + ("" if remove_self_loops else "-loops")
     cache_dir = d / "processed" / variant
     key = _cache_key(d, variant)
     arrays = _load_cache(cache_dir, key, mmap) if cache else None
-    if arrays is not None:
-        log.info("%s: loaded processed arrays from %s", name, cache_dir)
-    else:
+    parsed = arrays is None
+    if parsed:
         arrays = _parse(d, name, marker, symmetric, remove_self_loops)
-        if cache:
-            _save_cache(cache_dir, key, arrays)
+    else:
+        log.info("%s: loaded processed arrays from %s", name, cache_dir)
     y = arrays["y"]
     labelled = y[y >= 0]
-    num_classes = int(marker.get("num_classes", int(labelled.max()) + 1 if labelled.size else 0))
+    top = int(labelled.max()) if labelled.size else -1
+    num_classes = int(marker.get("num_classes", top + 1))
+    if top >= num_classes:
+        raise DataError(
+            f"{d / 'meta.json'}: num_classes is {num_classes} but "
+            f"{d / 'raw' / 'node-label.csv.gz'} holds label {top}; one of the two files is wrong"
+        )
     meta = {"format": "ogb", "path": str(d), "symmetric": symmetric, "missing": []}
     if "source" in marker:
         meta["source"] = marker["source"]
@@ -277,4 +387,7 @@ def read_ogb(
         meta=meta,
         **arrays,
     )
-    return graph.validate()
+    graph.validate()
+    if parsed and cache:  # only what passed every check is cached
+        _save_cache(cache_dir, key, arrays)
+    return graph

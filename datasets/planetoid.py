@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from fullgraph.datasets.graph import Graph
-from fullgraph.datasets.ogb_writer import dataset_dir
+from fullgraph.datasets.ogb_writer import raw_dir
 from fullgraph.datasets.ops import edges_to_csr
 from fullgraph.errors import DataError
 
@@ -57,16 +57,63 @@ def _unpickle(path: Path) -> object:
     try:
         with open(path, "rb") as f:
             return _PlanetoidUnpickler(f, encoding="latin1").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, AttributeError) as exc:
-        raise DataError(f"{path}: not a readable Planetoid pickle ({exc})") from exc
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc}); check the file") from exc
+    except Exception as exc:  # a damaged pickle fails in many ways (EOF, bad opcode, types)
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(
+            f"{path}: not a readable Planetoid pickle ({msg}); replace it with the dataset's "
+            f"original file"
+        ) from exc
 
 
 def _dense(mat: object, path: Path) -> np.ndarray:
     if sp.issparse(mat):
-        return np.asarray(mat.toarray(), dtype=np.float32)
-    if isinstance(mat, np.ndarray):
-        return mat.astype(np.float32)
-    raise DataError(f"{path}: expected a matrix, found {type(mat).__name__}")
+        x = np.asarray(mat.toarray(), dtype=np.float32)
+    elif isinstance(mat, np.ndarray) and (
+        np.issubdtype(mat.dtype, np.number) or mat.dtype == np.bool_
+    ):
+        x = mat.astype(np.float32)
+    else:
+        kind = type(mat).__name__ if not isinstance(mat, np.ndarray) else f"{mat.dtype} array"
+        raise DataError(f"{path}: expected a numeric matrix, found {kind}")
+    if x.ndim != 2:
+        raise DataError(f"{path}: expected a matrix, found shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise DataError(f"{path}: holds NaN or infinite values; features must be finite")
+    return x
+
+
+def _onehot(obj: object, path: Path) -> np.ndarray:
+    """A one-hot label matrix [rows, classes] of 0/1 numbers."""
+    a = obj.toarray() if sp.issparse(obj) else obj
+    if not isinstance(a, np.ndarray) or not (
+        np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_
+    ):
+        raise DataError(f"{path}: expected a one-hot label matrix, found {type(obj).__name__}")
+    if a.ndim != 2 or a.shape[1] < 1:
+        raise DataError(f"{path}: expected a one-hot label matrix, found shape {a.shape}")
+    if a.size and not np.isin(a, (0, 1)).all():
+        raise DataError(f"{path}: label matrix holds values other than 0 and 1")
+    return a
+
+
+def _read_index(path: Path) -> np.ndarray:
+    """The node ids of ``ind.<name>.test.index``, one per line."""
+    if not path.is_file():
+        raise DataError(f"missing file: expected {path}")
+    try:
+        tokens = path.read_text().split()
+        ids = np.array([int(t) for t in tokens], dtype=np.int64)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc}); check the file") from exc
+    except (ValueError, OverflowError) as exc:
+        raise DataError(f"{path}: expected one integer node id per line ({exc})") from exc
+    if ids.size == 0:
+        raise DataError(f"{path}: the file is empty; it should list the test node ids")
+    if np.unique(ids).size != ids.size:
+        raise DataError(f"{path}: lists a node id twice")
+    return ids
 
 
 def _labels(onehot: np.ndarray) -> np.ndarray:
@@ -100,23 +147,31 @@ def read_planetoid(
         DataError: a missing file (path named) or inconsistent contents.
     """
     del seed
-    raw = dataset_dir(root, name) / "raw"
+    raw = raw_dir(root, name)
 
     def path(part: str) -> Path:
         return raw / f"ind.{name}.{part}"
 
-    y_train = np.asarray(_unpickle(path("y")))
-    ty = np.asarray(_unpickle(path("ty")))
-    ally = np.asarray(_unpickle(path("ally")))
+    y_train = _onehot(_unpickle(path("y")), path("y"))
+    ty = _onehot(_unpickle(path("ty")), path("ty"))
+    ally = _onehot(_unpickle(path("ally")), path("ally"))
+    for part, a in (("y", y_train), ("ty", ty)):
+        if a.shape[1] != ally.shape[1]:
+            raise DataError(
+                f"{path(part)}: {a.shape[1]} classes but {path('ally').name} has {ally.shape[1]}"
+            )
     graph_dict = _unpickle(path("graph"))
     if not isinstance(graph_dict, dict):
         raise DataError(f"{path('graph')}: expected a dict of adjacency lists")
-    if not path("test.index").is_file():
-        raise DataError(f"missing file: expected {path('test.index')}")
-    test_index = np.loadtxt(path("test.index"), dtype=np.int64, ndmin=1)
+    test_index = _read_index(path("test.index"))
     if test_index.shape[0] != ty.shape[0]:
         raise DataError(
             f"{path('test.index')}: {test_index.shape[0]} test ids but {ty.shape[0]} rows in ty"
+        )
+    if y_train.shape[0] + 500 > ally.shape[0]:
+        raise DataError(
+            f"{path('y')}: {y_train.shape[0]} training rows + 500 validation nodes exceed the "
+            f"{ally.shape[0]} rows of {path('ally').name}"
         )
     sorted_test = np.sort(test_index)
     lo, hi = int(sorted_test[0]), int(sorted_test[-1])
@@ -135,6 +190,10 @@ def read_planetoid(
     if path("allx").is_file():
         tx = _dense(_unpickle(path("tx")), path("tx"))
         allx = _dense(_unpickle(path("allx")), path("allx"))
+        if tx.shape[1] != allx.shape[1]:
+            raise DataError(
+                f"{path('tx')}: {tx.shape[1]} feature columns but allx has {allx.shape[1]}"
+            )
         if tx.shape[0] != ty.shape[0] or allx.shape[0] != ally.shape[0]:
             raise DataError(
                 f"{raw}: feature rows (allx {allx.shape[0]}, tx {tx.shape[0]}) do not match "
@@ -153,11 +212,16 @@ def read_planetoid(
             path("allx"),
         )
 
-    keys = np.fromiter(graph_dict.keys(), dtype=np.int64, count=len(graph_dict))
-    lens = np.fromiter((len(v) for v in graph_dict.values()), dtype=np.int64, count=len(keys))
-    nbrs = np.fromiter(
-        (u for v in graph_dict.values() for u in v), dtype=np.int64, count=int(lens.sum())
-    )
+    try:
+        keys = np.fromiter(graph_dict.keys(), dtype=np.int64, count=len(graph_dict))
+        lens = np.fromiter((len(v) for v in graph_dict.values()), dtype=np.int64, count=len(keys))
+        nbrs = np.fromiter(
+            (u for v in graph_dict.values() for u in v), dtype=np.int64, count=int(lens.sum())
+        )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise DataError(
+            f"{path('graph')}: expected a dict of node id -> list of node ids ({exc})"
+        ) from exc
     src = np.repeat(keys, lens)
     indptr, indices = edges_to_csr(
         src,

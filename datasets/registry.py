@@ -89,16 +89,19 @@ def load(
         (``["features"]`` for PubMed, whose ``x`` is ``None``).
 
     Raises:
-        DataError: unknown name (the known ones listed), missing file (the path named),
-            malformed data.
+        DataError: a name that is a path (``../x``), a root that is not a directory, unknown
+            name (the known ones listed), missing file (the path named), malformed data.
     """
     root = Path(root)
+    d = dataset_dir(root, name)  # refuses a name that is a path before anything is read
+    if not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        raise DataError(f"dataset root {root} {what}; give the directory that holds {d.name}/")
     reader = _reader(name)
     if reader is not None:
         return reader(
             root, name, symmetric=symmetric, remove_self_loops=remove_self_loops, seed=seed
         )
-    d = dataset_dir(root, name)
     if name.startswith("ogbn-") or (d / "meta.json").is_file():
         from fullgraph.datasets.ogb import read_ogb
 

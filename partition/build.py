@@ -12,8 +12,8 @@ import numpy as np
 from tqdm import tqdm
 
 from fullgraph.atomic import atomic_dir, atomic_write_json
-from fullgraph.datasets.graph import Graph
-from fullgraph.errors import PartitionError
+from fullgraph.datasets.graph import SPLITS, Graph, first_overlap, split_name
+from fullgraph.errors import DataError, PartitionError
 from fullgraph.partition.assign import assign_parts, check_num_parts
 from fullgraph.partition.format import (
     FORMAT_VERSION,
@@ -126,10 +126,19 @@ def write_partitions(
         The metadata written to ``out/meta.json`` (with its ``report``).
 
     Raises:
-        FileExistsError: ``out`` exists and ``force`` is false.
+        FileExistsError: ``out`` exists and ``force`` is false, also when it appears while the
+            parts are written (another run); nothing is replaced then.
+        DataError: the graph's split masks overlap.
         PartitionError: ``owner`` has the wrong shape or values.
     """
     n = graph.num_nodes
+    overlap = first_overlap({k: getattr(graph, k) for k in SPLITS})
+    if overlap is not None:
+        a, b, v = overlap
+        raise DataError(
+            f"{graph.name}: node {v} is in both the {split_name(a)} and the {split_name(b)} "
+            f"split; a node may be in one split only"
+        )
     owner = np.asarray(owner)
     if owner.shape != (n,) or not np.issubdtype(owner.dtype, np.integer):
         raise PartitionError(f"owner must be an integer array of shape ({n},), got {owner.shape}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
 
@@ -39,17 +38,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _partition(args: argparse.Namespace) -> int:
+    from fullgraph.atomic import check_output
     from fullgraph.datasets import load
+    from fullgraph.datasets.cli import setup_logging
     from fullgraph.partition.assign import check_num_parts
     from fullgraph.partition.build import partition_graph
     from fullgraph.partition.report import format_report
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if args.out.exists() and not args.force:
-        raise FileExistsError(f"{args.out} already exists (use --force to replace it)")
+    setup_logging()  # progress to stdout: a failure's stderr is its one error line
     if args.parts < 1:
         check_num_parts(args.parts, 1)
+    check_output(args.out, "--out", kind="dir", exist_ok=args.force)
     graph = load(args.dataset, args.root)
+    # Raises (nothing printed as success) when --out appears meanwhile without --force, and
+    # lets SIGTERM / Ctrl-C through so that the temporary directory is removed.
     meta = partition_graph(
         graph, args.parts, args.out, method=args.method, seed=args.seed, force=args.force
     )

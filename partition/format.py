@@ -109,23 +109,155 @@ def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def read_meta(path: str | Path) -> tuple[dict, str]:
-    """Read ``meta.json`` of the partition directory ``path``.
+_GIVE = f"give the directory written by `fullgraph partition` (or its {META_NAME})"
+
+
+def partition_root(path: str | Path) -> Path:
+    """The partition directory meant by ``path``: the directory itself or its ``meta.json``.
 
     Args:
-        path: the partition directory.
+        path: a partition directory, or the ``meta.json`` inside one.
+
+    Returns:
+        The directory.
+
+    Raises:
+        PartitionError: ``path`` does not exist or is another file; the message says what to
+            give instead.
+    """
+    p = Path(path)
+    if p.is_dir():
+        return p
+    if p.is_file():
+        if p.name == META_NAME:
+            return p.parent
+        raise PartitionError(f"{p} is a file, not a partition directory; {_GIVE}")
+    raise PartitionError(f"partition directory {p} does not exist; {_GIVE}")
+
+
+#: What to do about a partition whose files disagree with each other.
+REWRITE = "write the partition again (--force)"
+
+
+def _integer(meta_path: Path, field: str, value: object, least: int | None = 0) -> int:
+    """``value`` checked to be a JSON integer (not a bool, not a float) ``>= least``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PartitionError(f"{meta_path}: {field} must be an integer, got {value!r}")
+    if least is not None and value < least:
+        raise PartitionError(f"{meta_path}: {field} is {value}, must be at least {least}")
+    return value
+
+
+def _check_meta(meta: dict, meta_path: Path) -> None:
+    """Types, ranges and sums of every field of ``meta.json`` that can be checked without arrays.
+
+    Raises:
+        PartitionError: naming the file and the field.
+    """
+    for key in ("dataset", "method"):
+        if not isinstance(meta[key], str):
+            raise PartitionError(f"{meta_path}: {key} must be a string, got {meta[key]!r}")
+    n = _integer(meta_path, "num_nodes", meta["num_nodes"], 1)
+    m = _integer(meta_path, "num_edges", meta["num_edges"])
+    _integer(meta_path, "num_features", meta["num_features"])
+    _integer(meta_path, "num_classes", meta["num_classes"])
+    P = _integer(meta_path, "num_parts", meta["num_parts"], 1)
+    _integer(meta_path, "seed", meta["seed"], None)
+    train = _integer(meta_path, "num_train_global", meta["num_train_global"])
+    cut = _integer(meta_path, "edge_cut", meta["edge_cut"])
+    if P > n:
+        raise PartitionError(f"{meta_path}: num_parts {P} exceeds num_nodes {n}; {REWRITE}")
+    if cut > m:
+        raise PartitionError(f"{meta_path}: edge_cut {cut} exceeds num_edges {m}; {REWRITE}")
+    if not isinstance(meta["report"], dict):
+        raise PartitionError(f"{meta_path}: report must be a JSON object")
+    parts = meta["parts"]
+    if not isinstance(parts, list) or not all(isinstance(q, dict) for q in parts):
+        raise PartitionError(f"{meta_path}: parts must be a list of objects, one per part")
+    if len(parts) != P:
+        raise PartitionError(
+            f"{meta_path} describes {len(parts)} parts but num_parts is {P}; {REWRITE}"
+        )
+    totals = {"num_inner": 0, "num_edges": 0, "num_train": 0}
+    for r, part in enumerate(parts):
+        missing = [
+            k for k in ("rank", "num_inner", "num_halo", "num_edges", "num_train") if k not in part
+        ]
+        if missing:
+            raise PartitionError(f"{meta_path}: parts[{r}] lacks {', '.join(missing)}")
+        if _integer(meta_path, f"parts[{r}].rank", part["rank"]) != r:
+            raise PartitionError(
+                f"{meta_path}: parts[{r}].rank is {part['rank']}, expected {r}; {REWRITE}"
+            )
+        for key in ("num_inner", "num_halo", "num_edges", "num_train", "num_send"):
+            if key in part:
+                _integer(meta_path, f"parts[{r}].{key}", part[key])
+        if part["num_train"] > part["num_inner"]:
+            raise PartitionError(
+                f"{meta_path}: parts[{r}].num_train {part['num_train']} exceeds its num_inner "
+                f"{part['num_inner']}; {REWRITE}"
+            )
+        if part["num_halo"] > n - part["num_inner"]:
+            raise PartitionError(
+                f"{meta_path}: parts[{r}].num_halo {part['num_halo']} exceeds the "
+                f"{n - part['num_inner']} nodes other parts own; {REWRITE}"
+            )
+        for key in totals:
+            totals[key] += part[key]
+    for key, total_key, total in (
+        ("num_inner", "num_nodes", n),
+        ("num_edges", "num_edges", m),
+        ("num_train", "num_train_global", train),
+    ):
+        if totals[key] != total:
+            raise PartitionError(
+                f"{meta_path}: {total_key} is {total} but the parts' {key} add up to "
+                f"{totals[key]}; {REWRITE}"
+            )
+    files = meta["files"]
+    if not isinstance(files, dict):
+        raise PartitionError(f"{meta_path}: files must be a JSON object")
+    for key, entry in files.items():
+        where = f"files[{key!r}]"
+        if not isinstance(entry, dict) or not {"sha256", "bytes", "shape", "dtype"} <= set(entry):
+            raise PartitionError(f"{meta_path}: {where} needs sha256, bytes, shape and dtype")
+        _integer(meta_path, f"{where}.bytes", entry["bytes"])
+        if not isinstance(entry["sha256"], str) or not isinstance(entry["dtype"], str):
+            raise PartitionError(f"{meta_path}: {where}.sha256 and .dtype must be strings")
+        if not isinstance(entry["shape"], list):
+            raise PartitionError(f"{meta_path}: {where}.shape must be a list of sizes")
+        for i, size in enumerate(entry["shape"]):
+            _integer(meta_path, f"{where}.shape[{i}]", size)
+
+
+def read_meta(path: str | Path) -> tuple[dict, str]:
+    """Read and check ``meta.json`` of the partition directory ``path``.
+
+    Every field is checked for its type and range, and the per-part counts against the totals
+    (``num_inner`` adds up to ``num_nodes``, ``num_edges`` to ``num_edges``, ``num_train`` to
+    ``num_train_global``; ``rank`` is the part's index). The arrays are checked against these
+    counts by :func:`fullgraph.partition.load_partition`.
+
+    Args:
+        path: the partition directory, or its ``meta.json``.
 
     Returns:
         ``(meta, sha256 of the meta.json bytes)``.
 
     Raises:
-        PartitionError: the file is missing, unreadable, not JSON or of another format version.
+        PartitionError: the directory or file is missing or unreadable, not JSON, of another
+            format version, or a field is missing, of the wrong type or inconsistent (the
+            message names the file and the field).
     """
-    meta_path = Path(path) / META_NAME
-    if not Path(path).is_dir():
-        raise PartitionError(f"partition directory {path} does not exist")
+    root = partition_root(path)
+    meta_path = root / META_NAME
     try:
         raw = meta_path.read_bytes()
+    except FileNotFoundError as exc:
+        raise PartitionError(
+            f"{root} holds no {META_NAME}: not a partition directory (or an unfinished one); "
+            f"{_GIVE}"
+        ) from exc
     except OSError as exc:
         raise PartitionError(f"cannot read {meta_path}: {exc.strerror}") from exc
     try:
@@ -134,6 +266,8 @@ def read_meta(path: str | Path) -> tuple[dict, str]:
         raise PartitionError(
             f"{meta_path} is not valid JSON ({exc.msg}, line {exc.lineno})"
         ) from exc
+    except UnicodeDecodeError as exc:
+        raise PartitionError(f"{meta_path} is not valid JSON (not UTF-8 text)") from exc
     version = meta.get("format_version") if isinstance(meta, dict) else None
     if version != FORMAT_VERSION:
         raise PartitionError(
@@ -142,10 +276,7 @@ def read_meta(path: str | Path) -> tuple[dict, str]:
     missing = [k for k in REQUIRED_META_KEYS if k not in meta]
     if missing:
         raise PartitionError(f"{meta_path} lacks {', '.join(missing)}")
-    if len(meta["parts"]) != meta["num_parts"]:
-        raise PartitionError(
-            f"{meta_path} describes {len(meta['parts'])} parts but num_parts is {meta['num_parts']}"
-        )
+    _check_meta(meta, meta_path)
     return meta, hashlib.sha256(raw).hexdigest()
 
 
@@ -172,6 +303,11 @@ def check_file(root: Path, key: str, entry: dict, verify_checksum: bool) -> Path
         raise PartitionError(
             f"{path} has {size} bytes, meta.json records {entry['bytes']} (truncated or replaced)"
         )
-    if verify_checksum and sha256_file(path) != entry["sha256"]:
-        raise PartitionError(f"{path} fails its sha256 checksum (corrupted or modified)")
+    if verify_checksum:
+        try:
+            digest = sha256_file(path)
+        except OSError as exc:
+            raise PartitionError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        if digest != entry["sha256"]:
+            raise PartitionError(f"{path} fails its sha256 checksum (corrupted or modified)")
     return path

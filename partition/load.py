@@ -8,8 +8,17 @@ from pathlib import Path
 
 import numpy as np
 
+from fullgraph.datasets.graph import SPLITS, first_overlap, split_name
 from fullgraph.errors import PartitionError
-from fullgraph.partition.format import META_NAME, PART_ARRAYS, check_file, file_key, read_meta
+from fullgraph.partition.format import (
+    META_NAME,
+    PART_ARRAYS,
+    REWRITE,
+    check_file,
+    file_key,
+    partition_root,
+    read_meta,
+)
 
 
 @dataclass
@@ -77,13 +86,144 @@ class Partition:
         return slice(start, self.num_inner + int(self.recv_offsets[peer + 1]))
 
 
+def check_part_counts(root: Path, meta: dict, rank: int, arrays: dict[str, np.ndarray]) -> None:
+    """Check the arrays of part ``rank`` against every count ``meta.json`` gives for them.
+
+    Cheap checks (one pass over each array at most): the shapes against ``num_inner``,
+    ``num_halo``, ``num_features`` and ``num_parts``; the row pointer and column ids; global ids
+    against ``num_nodes``; labels against ``num_classes``; the stored edges against
+    ``num_edges``, the training nodes against ``num_train`` and the sends against ``num_send``;
+    the split masks disjoint and holding labelled nodes only.
+
+    Args:
+        root: the partition directory.
+        meta: its checked ``meta.json`` (see :func:`~fullgraph.partition.format.read_meta`).
+        rank: the part.
+        arrays: the part's arrays by name (:data:`~fullgraph.partition.format.PART_ARRAYS`).
+
+    Raises:
+        PartitionError: naming ``meta.json`` and the field, or the array file, that disagree.
+    """
+    meta_path = root / META_NAME
+    part = meta["parts"][rank]
+    ni, nh = part["num_inner"], part["num_halo"]
+
+    def file(name: str) -> str:
+        return file_key(rank, name)
+
+    def field(name: str, value: int, problem: str) -> PartitionError:
+        return PartitionError(f"{meta_path}: {name} is {value} but {problem}; {REWRITE}")
+
+    where = f"parts[{rank}]"
+    rows = {k: int(arrays[k].shape[0]) if arrays[k].ndim else -1 for k in arrays}
+    if rows["indptr"] != ni + 1:
+        raise field(
+            f"{where}.num_inner",
+            ni,
+            f"{file('indptr')} has {rows['indptr']} entries, for {rows['indptr'] - 1} inner nodes",
+        )
+    if rows["global_ids"] != ni + nh:
+        raise field(
+            f"{where}.num_halo",
+            nh,
+            f"{file('global_ids')} has {rows['global_ids'] - ni} rows after the {ni} inner nodes",
+        )
+    for name, want, what in (
+        ("in_degree", ni + nh, "num_inner + num_halo"),
+        ("x", ni, "num_inner"),
+        ("y", ni, "num_inner"),
+        ("train_mask", ni, "num_inner"),
+        ("val_mask", ni, "num_inner"),
+        ("test_mask", ni, "num_inner"),
+    ):
+        if rows[name] != want:
+            raise field(
+                f"{where}.num_inner", ni, f"{file(name)} has {rows[name]} rows (not {what})"
+            )
+    for name in ("indptr", "indices", "global_ids", "in_degree", "y", "send_index", *SPLITS):
+        if arrays[name].ndim != 1:
+            raise PartitionError(f"{root / file(name)} has shape {arrays[name].shape}, not 1-D")
+    x = arrays["x"]
+    if x.ndim != 2 or x.shape[1] != meta["num_features"]:
+        raise field("num_features", meta["num_features"], f"{file('x')} has shape {x.shape}")
+    P = meta["num_parts"]
+    for name in ("send_offsets", "recv_offsets"):
+        if arrays[name].shape != (P + 1,):
+            raise field(
+                "num_parts", P, f"{file(name)} has {rows[name]} entries (not num_parts + 1)"
+            )
+    indptr, indices = arrays["indptr"], arrays["indices"]
+    if indptr[0] != 0 or (ni and np.diff(indptr).min() < 0):
+        raise PartitionError(f"{root / file('indptr')} is not a CSR row pointer ({REWRITE})")
+    if indptr[-1] != indices.shape[0]:
+        raise PartitionError(
+            f"{root / file('indptr')} ends at {int(indptr[-1])} but {file('indices')} has "
+            f"{indices.shape[0]} entries; {REWRITE}"
+        )
+    if indices.shape[0] != part["num_edges"]:
+        raise field(
+            f"{where}.num_edges",
+            part["num_edges"],
+            f"{file('indices')} stores {indices.shape[0]} edges",
+        )
+    if indices.size and (indices.min() < 0 or indices.max() >= ni + nh):
+        raise PartitionError(
+            f"{root / file('indices')} holds a column id outside [0, num_inner + num_halo = "
+            f"{ni + nh}); {REWRITE}"
+        )
+    gids = arrays["global_ids"]
+    n = meta["num_nodes"]
+    if gids.size and (gids.min() < 0 or gids.max() >= n):
+        bad = int(gids.min()) if gids.min() < 0 else int(gids.max())
+        raise field("num_nodes", n, f"{file('global_ids')} holds node {bad}")
+    y = arrays["y"]
+    C = meta["num_classes"]
+    if y.size and (y.min() < -1 or y.max() >= C):
+        bad = int(y.min()) if y.min() < -1 else int(y.max())
+        raise field("num_classes", C, f"{file('y')} holds label {bad}")
+    masks = {k: arrays[k] for k in SPLITS}
+    overlap = first_overlap(masks)
+    if overlap is not None:
+        a, b, v = overlap
+        raise PartitionError(
+            f"{root / file(a)}: node {int(gids[v])} is in both the {split_name(a)} and the "
+            f"{split_name(b)} split ({file(b)}); a node may be in one split only"
+        )
+    for name, m in masks.items():
+        if ni and np.any(y[m] < 0):
+            v = int(gids[np.flatnonzero(m & (y < 0))[0]])
+            raise PartitionError(
+                f"{root / file(name)}: node {v} is in the {split_name(name)} split but has no "
+                f"label (y = -1 in {file('y')})"
+            )
+    train = int(np.count_nonzero(masks["train_mask"]))
+    if train != part["num_train"]:
+        raise field(f"{where}.num_train", part["num_train"], f"{file('train_mask')} marks {train}")
+    send, recv = arrays["send_offsets"], arrays["recv_offsets"]
+    if recv[0] != 0 or recv[-1] != nh or np.diff(recv).min() < 0:
+        raise field(
+            f"{where}.num_halo",
+            nh,
+            f"{file('recv_offsets')} runs from {int(recv[0])} to {int(recv[-1])}",
+        )
+    num_send = int(arrays["send_index"].shape[0])
+    if send[0] != 0 or send[-1] != num_send or np.diff(send).min() < 0:
+        raise PartitionError(
+            f"{root / file('send_offsets')} does not run from 0 to the {num_send} entries of "
+            f"{file('send_index')}; {REWRITE}"
+        )
+    if "num_send" in part and part["num_send"] != num_send:
+        raise field(f"{where}.num_send", part["num_send"], f"{file('send_index')} has {num_send}")
+
+
 def load_partition(
     path: str | os.PathLike[str], rank: int, *, mmap: bool = True, verify_checksums: bool = True
 ) -> Partition:
     """Load part ``rank`` of the partition directory ``path``.
 
     Args:
-        path: a directory written by :func:`fullgraph.partition.write_partitions`.
+        path: a directory written by :func:`fullgraph.partition.write_partitions` (or its
+            ``meta.json``).
         rank: which part, ``0 <= rank < num_parts``.
         mmap: memory-map the arrays (read-only) instead of reading them into memory.
         verify_checksums: hash every file of the part against ``meta.json`` first (sizes are
@@ -94,9 +234,10 @@ def load_partition(
 
     Raises:
         PartitionError: missing directory or file, corrupted or truncated file, rank out of
-            range, or arrays that disagree with ``meta.json``.
+            range, a ``meta.json`` field of the wrong type or inconsistent, or arrays that
+            disagree with a count in ``meta.json`` (see :func:`check_part_counts`).
     """
-    root = Path(path)
+    root = partition_root(path)
     meta, meta_hash = read_meta(root)
     num_parts = int(meta["num_parts"])
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
@@ -120,13 +261,9 @@ def load_partition(
                 f"{entry['dtype']} {entry['shape']}"
             )
         arrays[name] = array
+    check_part_counts(root, meta, rank, arrays)
     part = meta["parts"][rank]
     num_inner, num_halo = int(part["num_inner"]), int(part["num_halo"])
-    if arrays["global_ids"].shape[0] != num_inner + num_halo:
-        raise PartitionError(
-            f"{root / file_key(rank, 'global_ids')} has {arrays['global_ids'].shape[0]} rows, "
-            f"expected num_inner + num_halo = {num_inner + num_halo}"
-        )
     return Partition(
         rank=int(rank),
         num_parts=num_parts,

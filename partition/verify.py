@@ -9,7 +9,7 @@ from tqdm import tqdm
 
 from fullgraph.datasets.graph import Graph
 from fullgraph.errors import PartitionError
-from fullgraph.partition.format import read_meta
+from fullgraph.partition.format import META_NAME, REWRITE, partition_root, read_meta
 from fullgraph.partition.load import Partition, load_partition
 
 
@@ -82,7 +82,9 @@ def _check_against_graph(p: Partition, graph: Graph) -> None:
 def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) -> dict:
     """Check every invariant of the partition directory ``path``.
 
-    Checks: checksums and sizes of all files; every node owned by exactly one part; CSR and
+    Checks: every field of ``meta.json`` against the arrays (counts per part and in total,
+    ``num_features``, ``num_classes``, ``num_train_global``, ``edge_cut``); split masks
+    disjoint; checksums and sizes of all files; every node owned by exactly one part; CSR and
     offsets well formed; halo nodes grouped by their true owner and each used by an edge; every
     inner node stores exactly its in-degree of incoming edges and the edge counts add up; send
     lists of ``r`` to ``q`` equal ``q``'s halo rows from ``r``. With ``graph``: sizes, every
@@ -90,7 +92,7 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
     source.
 
     Args:
-        path: the partition directory.
+        path: the partition directory (or its ``meta.json``).
         graph: the source graph, or ``None`` to check internal consistency only.
 
     Returns:
@@ -100,7 +102,9 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
     Raises:
         PartitionError: the first problem found, naming the part and the node.
     """
-    meta, _ = read_meta(path)
+    root = partition_root(path)
+    meta_path = root / META_NAME
+    meta, _ = read_meta(root)
     n, P = int(meta["num_nodes"]), int(meta["num_parts"])
     if graph is not None:
         for key, value in (
@@ -110,8 +114,10 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
             ("num_classes", graph.num_classes),
         ):
             if meta[key] != value:
-                raise PartitionError(f"meta.json has {key} {meta[key]}, the graph has {value}")
-    parts = [load_partition(path, r) for r in tqdm(range(P), desc="verify", disable=None)]
+                raise PartitionError(
+                    f"{meta_path}: {key} is {meta[key]} but the graph {graph.name} has {value}"
+                )
+    parts = [load_partition(root, r) for r in tqdm(range(P), desc="verify", disable=None)]
     owner = np.full(n, -1, dtype=np.int64)
     for p in parts:
         _check_structure(p, n)
@@ -147,6 +153,20 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
                 )
         if graph is not None:
             _check_against_graph(p, graph)
+    cut = sum(int(np.count_nonzero(p.indices >= p.num_inner)) for p in parts)
+    if cut != meta["edge_cut"]:
+        raise PartitionError(
+            f"{meta_path}: edge_cut is {meta['edge_cut']} but the parts store {cut} edges from "
+            f"nodes of other parts; {REWRITE}"
+        )
+    if graph is None:  # with the graph, num_classes was compared with the graph's above
+        top = max((int(p.y.max()) for p in parts if p.y.size), default=-1)
+        if top >= 0 and meta["num_classes"] != top + 1:
+            raise PartitionError(
+                f"{meta_path}: num_classes is {meta['num_classes']} but the largest label in "
+                f"any part is {top} (expected {top + 1}; if the source graph really has empty "
+                f"classes, verify against it with --root); {REWRITE}"
+            )
     return {
         "path": str(path),
         "num_parts": P,

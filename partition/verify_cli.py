@@ -19,7 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "masks are compared with it. Exits 2 with the first problem found."
         ),
     )
-    parser.add_argument("dir", type=Path, metavar="DIR", help="partition directory")
+    parser.add_argument(
+        "dir", type=Path, metavar="DIR", help="partition directory (or its meta.json)"
+    )
     parser.add_argument(
         "--dataset",
         help="source dataset name (default: the one recorded in DIR/meta.json; needs --root)",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -208,3 +209,77 @@ def test_cli_info_prints_sizes(tmp_path: Path) -> None:
     assert "nodes        6" in proc.stdout
     assert "edges        8 directed" in proc.stdout
     assert "train 2 / val 1 / test 1" in proc.stdout
+
+
+def _gzb(text: str) -> bytes:
+    return gzip.compress(text.encode())
+
+
+#: case -> (file under the dataset directory, new content or edit of the old bytes, message)
+BAD_FILES = {
+    "edge-truncated": ("raw/edge.csv.gz", lambda b: b[: len(b) // 2], r"not a readable gzip"),
+    "edge-not-gzip": ("raw/edge.csv.gz", b"0,1\n1,2\n", r"not a readable gzip file \(zlib"),
+    "edge-empty-gzip": ("raw/edge.csv.gz", _gzb(""), r"the file is empty"),
+    "edge-zero-bytes": ("raw/edge.csv.gz", b"", r"the file is empty"),
+    "edge-3-columns": ("raw/edge.csv.gz", _gzb("0,1,2\n"), r"3 comma-separated columns.*2"),
+    "edge-ragged": ("raw/edge.csv.gz", _gzb("0,1\n1,2,3\n"), r"Expected 2 columns, got 3"),
+    "edge-text": ("raw/edge.csv.gz", _gzb("0,1\nu,v\n"), r"cannot parse as CSV of int64"),
+    "edge-empty-field": ("raw/edge.csv.gz", _gzb("0,1\n2,\n"), r"empty field"),
+    "feat-not-gzip": ("raw/node-feat.csv.gz", b"1,2,3\n", r"node-feat\.csv\.gz: not a read"),
+    "feat-text": ("raw/node-feat.csv.gz", _gzb("1,2,x\n" * N), r"CSV of float32"),
+    "label-text": ("raw/node-label.csv.gz", _gzb("a\n" * N), r"CSV of float64"),
+    "label-fractional": ("raw/node-label.csv.gz", _gzb("0\n1.5\n" * 3), r"label 1\.5 of node 1"),
+    "label-2-columns": ("raw/node-label.csv.gz", _gzb("0,1\n" * N), r"2 label columns"),
+    "nodes-fewer": ("raw/num-node-list.csv.gz", _gzb("4\n"), r"6 labels but 4 nodes \(num-node"),
+    "nodes-huge": ("raw/num-node-list.csv.gz", _gzb(f"{10**12}\n"), r"6 labels but 10+ nodes"),
+    "edges-beyond-nodes": (
+        "raw/edge.csv.gz",
+        lambda b: _gzb(gzip.decompress(b).decode().replace("5,0", "5,6")),
+        r"edge\.csv\.gz: edge 6 has endpoint 6 out of range \[0, 6\) "
+        r"\(num-node-list\.csv\.gz says 6 nodes",
+    ),
+    "nodes-more": ("raw/num-node-list.csv.gz", _gzb("9\n"), r"6 labels but 9 nodes"),
+    "nodes-zero": ("raw/num-node-list.csv.gz", _gzb("0\n"), r"count 0 is below 1"),
+    "nodes-text": ("raw/num-node-list.csv.gz", _gzb("six\n"), r"cannot parse as CSV of int64"),
+    "nodes-two-rows": ("raw/num-node-list.csv.gz", _gzb("6\n6\n"), r"2 rows, expected one"),
+    "edges-negative": ("raw/num-edge-list.csv.gz", _gzb("-1\n"), r"count -1 is below 0"),
+    "split-2-columns": ("split/time/valid.csv.gz", _gzb("3,4\n"), r"2 comma-separated columns"),
+    "split-truncated": ("split/time/test.csv.gz", lambda b: b[:12], r"not a readable gzip"),
+    "split-overlap": (
+        "split/time/valid.csv.gz",
+        _gzb("3\n1\n"),
+        r"node 1 is in both train\.csv\.gz and valid\.csv\.gz",
+    ),
+    "marker-not-object": ("meta.json", b"[1, 2]", r"meta\.json: expected a JSON object"),
+    "marker-not-json": ("meta.json", b"{oops", r"meta\.json: not valid JSON"),
+    "marker-classes": (
+        "meta.json",
+        b'{"format": "fullgraph-ogb-v1", "num_classes": 1}',
+        r"meta\.json: num_classes is 1 but .*node-label\.csv\.gz holds label 1",
+    ),
+    "marker-classes-type": (
+        "meta.json",
+        b'{"format": "fullgraph-ogb-v1", "num_classes": "2"}',
+        r"meta\.json: num_classes must be a non-negative integer, got '2'",
+    ),
+    "marker-binary": ("meta.json", b"\xff\xfe\x00", r"meta\.json: not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_file_is_one_line_naming_it(tmp_path: Path, capsys, case: str) -> None:
+    """Truncated, non-gzip, empty, non-numeric, ragged or inconsistent files: one line, exit 2."""
+    from fullgraph.cli import main
+
+    rel, content, message = BAD_FILES[case]
+    d = write_ogb_dir(tmp_path)
+    path = d / rel
+    old = path.read_bytes() if path.exists() else b""
+    path.write_bytes(content(old) if callable(content) else content)
+    assert main(["data", "info", "--dataset", "ogbn-toy", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fullgraph data: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert str(d) in err and path.name in err  # names the file (split-overlap: two files)
+    assert re.search(message, err), err
+    assert not (d / "processed").exists()  # nothing cached from a failed parse

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -252,3 +253,156 @@ def test_meta_without_keys_or_other_version(parts4):
     (parts4 / "meta.json").write_text("{not json")
     with pytest.raises(PartitionError, match="not valid JSON"):
         verify_partitions(parts4)
+
+
+def _edit(**changes):
+    """An edit of meta.json: top-level ``key=value``, or ``parts__R__key=value`` for part R."""
+
+    def edit(meta: dict) -> None:
+        for key, value in changes.items():
+            target, field = meta, key
+            if key.startswith("parts__"):
+                _, r, field = key.split("__")
+                target = meta["parts"][int(r)]
+            elif key.startswith("files__"):
+                target, field = meta["files"]["part-0/x.npy"], key.split("__")[1]
+            if callable(value):
+                value = value(target[field])
+            if value is _DROP:
+                del target[field]
+            else:
+                target[field] = value
+
+    return edit
+
+
+_DROP = object()
+
+
+def _plus(k: int):
+    return lambda v: v + k
+
+
+#: case -> (edit of meta.json, message, whether load_partition alone notices it)
+META_EDITS = {
+    "train-global-x10": (
+        _edit(num_train_global=lambda v: 10 * v),
+        r"num_train_global is \d+ but the parts' num_train add up to \d+",
+        True,
+    ),
+    "classes-up": (
+        _edit(num_classes=_plus(1)),
+        r"num_classes is 5 but the largest label in any part is 3 \(expected 4",
+        False,
+    ),
+    "classes-down": (_edit(num_classes=_plus(-1)), r"num_classes is 3 but .*holds label 3", True),
+    "features": (_edit(num_features=_plus(1)), r"num_features is 13 but .*x\.npy has shape", True),
+    "inner-moved": (
+        _edit(parts__1__num_inner=_plus(1), parts__2__num_inner=_plus(-1)),
+        r"parts\[1\]\.num_inner is \d+ but part-1/indptr\.npy has",
+        True,
+    ),
+    "inner-sum": (_edit(parts__1__num_inner=_plus(1)), r"num_nodes is 600 but .* add up", True),
+    "halo": (_edit(parts__1__num_halo=_plus(1)), r"parts\[1\]\.num_halo is \d+ but", True),
+    "edges-moved": (
+        _edit(parts__0__num_edges=_plus(-1), parts__1__num_edges=_plus(1)),
+        r"parts\[0\]\.num_edges is \d+ but part-0/indices\.npy stores",
+        True,
+    ),
+    "edges-total": (_edit(num_edges=_plus(2)), r"num_edges is \d+ but the parts'", True),
+    "train-moved": (
+        _edit(parts__1__num_train=_plus(1), parts__2__num_train=_plus(-1)),
+        r"parts\[1\]\.num_train is \d+ but part-1/train_mask\.npy marks",
+        True,
+    ),
+    "send": (_edit(parts__0__num_send=_plus(1)), r"parts\[0\]\.num_send is", True),
+    "rank": (_edit(parts__3__rank=2), r"parts\[3\]\.rank is 2, expected 3", True),
+    "num-parts": (_edit(num_parts=3), r"describes 4 parts but num_parts is 3", True),
+    "num-nodes": (_edit(num_nodes=_plus(1)), r"num_nodes is 601 but the parts' num_inner", True),
+    "edge-cut": (_edit(edge_cut=_plus(1)), r"edge_cut is \d+ but the parts store \d+", False),
+    "edge-cut-huge": (_edit(edge_cut=10**9), r"edge_cut 1000000000 exceeds num_edges", True),
+    "bool": (_edit(num_classes=True), r"num_classes must be an integer, got True", True),
+    "negative": (_edit(num_train_global=-5), r"num_train_global is -5, must be at least 0", True),
+    "float": (_edit(num_features=12.0), r"num_features must be an integer, got 12\.0", True),
+    "string": (_edit(parts__0__num_inner="150"), r"parts\[0\]\.num_inner must be an integer", True),
+    "field-missing": (_edit(parts__0__num_halo=_DROP), r"parts\[0\] lacks num_halo", True),
+    "file-bytes": (_edit(files__bytes="x"), r"files\['part-0/x\.npy'\]\.bytes must be", True),
+    "files-list": (_edit(files=[]), r"files must be a JSON object", True),
+    "parts-number": (_edit(parts=4), r"parts must be a list of objects", True),
+    "dataset": (_edit(dataset=5), r"dataset must be a string", True),
+}
+
+
+@pytest.mark.parametrize("case", list(META_EDITS))
+def test_meta_field_edits_are_caught(parts4, capsys, case):
+    """meta.json edited (file checksums still valid): every count is checked against the arrays."""
+    edit, message, by_load = META_EDITS[case]
+    meta = json.loads((parts4 / "meta.json").read_text())
+    edit(meta)
+    (parts4 / "meta.json").write_text(json.dumps(meta))
+    pattern = re.escape(str(parts4 / "meta.json")) + ".*" + message
+    with pytest.raises(PartitionError, match=pattern):
+        verify_partitions(parts4)
+    if by_load:
+        with pytest.raises(PartitionError, match=pattern):
+            for rank in range(4):
+                load_partition(parts4, rank)
+    assert main(["verify", str(parts4)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fullgraph verify: error: ") and err.count("\n") == 1
+    assert re.search(message, err) and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("a", "b"), [("train_mask", "val_mask"), ("train_mask", "test_mask"), ("val_mask", "test_mask")]
+)
+def test_part_with_overlapping_masks(parts4, a, b):
+    """A node in two splits of a part (files rewritten with valid checksums) is refused."""
+    mask_a = np.load(parts4 / "part-1" / f"{a}.npy")
+    mask_b = np.load(parts4 / "part-1" / f"{b}.npy")
+    local = int(np.flatnonzero(mask_a)[0])
+    mask_b[local] = True
+    rewrite(parts4, f"part-1/{b}.npy", mask_b)
+    node = int(np.load(parts4 / "part-1" / "global_ids.npy")[local])
+    message = (
+        f"part-1/{a}\\.npy: node {node} is in both the {a.removesuffix('_mask')} and the "
+        f"{b.removesuffix('_mask')} split"
+    )
+    with pytest.raises(PartitionError, match=message):
+        load_partition(parts4, 1)
+    with pytest.raises(PartitionError, match=message):
+        verify_partitions(parts4)
+
+
+def test_meta_json_path_means_its_directory(small_partitions, tmp_path, capsys):
+    meta = small_partitions[2] / "meta.json"
+    assert load_partition(meta, 1).rank == 1
+    assert verify_partitions(meta)["num_parts"] == 2
+    assert main(["verify", str(meta)]) == 0
+    assert capsys.readouterr().out.startswith(f"OK {meta}: 2 parts")
+    (tmp_path / "empty").mkdir()
+    give = r"give the directory written by `fullgraph partition` \(or its meta\.json\)"
+    for path, problem in (
+        (small_partitions[2] / "part-0" / "x.npy", "is a file, not a partition directory"),
+        (tmp_path / "nowhere" / "meta.json", "does not exist"),
+        (tmp_path / "empty", "holds no meta.json"),
+    ):
+        with pytest.raises(PartitionError, match=f"{re.escape(problem)}.*{give}"):
+            load_partition(path, 0)
+        assert main(["verify", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and problem in err and "fullgraph partition" in err
+
+
+@pytest.mark.parametrize("case", ["out-is-file", "out-under-file"])
+def test_cli_partition_bad_out(small_graph, tmp_path, fake_load, capsys, case):
+    (tmp_path / "f").write_text("keep\n")
+    out = tmp_path / "f" if case == "out-is-file" else tmp_path / "f" / "parts"
+    argv = ["partition", "--dataset", small_graph.name, "--root", str(tmp_path), "--parts", "2"]
+    for force in ([], ["--force"]):
+        assert main([*argv, "--out", str(out), *force]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("fullgraph partition: error: --out ") and err.count("\n") == 1
+        assert "is a file" in err or "already exists" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+    assert (tmp_path / "f").read_text() == "keep\n"
