@@ -70,8 +70,11 @@ class Case:
             ``signal`` (ended by the case's signal: exit 128+n or the launcher's non-zero).
         setup: prepares the case dir before the run (tampering).
         protect: paths (relative to the case dir) that must keep their content.
-        signal: ``(signum, seconds, target)``: send it after that long to the ``main``
-            process or to one ``rank`` (the newest python child).
+        signal: ``(signum, seconds, target)``: send it that long after the start (or after
+            ``signal_when`` appears) to the ``main`` process or to one ``rank`` (the newest
+            python child).
+        signal_when: a glob (relative to the case dir) whose first match starts the signal's
+            clock, so the signal lands while that output is being written.
         follow: a command run afterwards (e.g. the next run that must clean up).
         check: extra check after everything; returns a problem or ``None``.
         needle: text the error line must contain.
@@ -90,6 +93,7 @@ class Case:
     needle: str = ""
     timeout: float = 120.0
     env: dict[str, str] = field(default_factory=dict)
+    signal_when: str | None = None
 
 
 # -- the workspace ---------------------------------------------------------------------------
@@ -272,7 +276,7 @@ def cases() -> list[Case]:
             expect="one-ok",
         )
     )
-    for at in (1.0, 2.5, 4.0):
+    for at in (0.0, 0.05, 0.2):
         add(
             Case(
                 f"partition --force SIGKILL at {at} s",
@@ -292,6 +296,7 @@ def cases() -> list[Case]:
                 ],
                 expect="signal",
                 signal=(signal.SIGKILL, at, "main"),
+                signal_when=".p2.tmp-*",
                 check=_parts_whole,
                 follow=fg(
                     "partition",
@@ -735,7 +740,8 @@ def cases() -> list[Case]:
                 )
             ],
             expect="signal",
-            signal=(signal.SIGTERM, 2.0, "main"),
+            signal=(signal.SIGTERM, 0.05, "main"),
+            signal_when=".pbig.tmp-*",
             timeout=180,
         )
     )
@@ -756,7 +762,8 @@ def cases() -> list[Case]:
                 )
             ],
             expect="signal",
-            signal=(signal.SIGKILL, 2.0, "main"),
+            signal=(signal.SIGKILL, 0.05, "main"),
+            signal_when=".pbig.tmp-*",
             follow=fg(
                 "partition", "--dataset", "tiny", "--root", "data", "--parts", "2", "--out", "pbig"
             ),
@@ -768,13 +775,14 @@ def cases() -> list[Case]:
             "data synth SIGTERM",
             [fg("data", "synth", "--preset", "arxiv", "--name", "a2", "--root", "data")],
             expect="signal",
-            signal=(signal.SIGTERM, 3.0, "main"),
+            signal=(signal.SIGTERM, 0.05, "main"),
+            signal_when="data/.a2.tmp-*",
             timeout=180,
         )
     )
     add(
         Case(
-            "train SIGKILL mid-checkpointing, resume cleans",
+            "train SIGKILL mid-checkpointing, next run cleans",
             [
                 fg(
                     "train",
@@ -797,12 +805,10 @@ def cases() -> list[Case]:
                 "tiny",
                 "--quiet",
                 "--epochs",
-                "100001",
+                "1",
                 "--checkpoint",
                 "cks",
-                "--resume",
-                "--checkpoint-every",
-                "1",
+                "--force",
             ),
             timeout=200,
         )
@@ -1072,6 +1078,11 @@ def run_case(case: Case, base: Path, work: Path) -> tuple[str, str]:
     ]
     if case.signal:
         signum, after, target = case.signal
+        if case.signal_when:
+            while not list(w.glob(case.signal_when)) and time.monotonic() - t0 < case.timeout:
+                if all(p.poll() is not None for p in procs):
+                    break
+                time.sleep(0.01)
         time.sleep(after)
         pid = procs[0].pid if target == "main" else _newest_python_child(procs[0].pid)
         if pid:
@@ -1089,7 +1100,10 @@ def run_case(case: Case, base: Path, work: Path) -> tuple[str, str]:
         results.append((proc.returncode, out, err))
     seconds = time.monotonic() - t0
     if case.follow:
-        subprocess.run(case.follow, cwd=w, env=env, capture_output=True, text=True, timeout=300)
+        try:
+            subprocess.run(case.follow, cwd=w, env=env, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            return "hang", "the follow-up run did not end within 300 s"
     if _digest(w, case.protect) != protected:
         return "lost", f"a protected file changed ({', '.join(case.protect)})"
     debris = [str(p.relative_to(w)) for p in w.rglob(".*.tmp-*")] + [
