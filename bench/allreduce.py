@@ -43,7 +43,7 @@ METHODS = ("native", "ordered")
 
 def gradient_length() -> int:
     """Elements of the reduced vector: the parameters of :data:`MODEL` plus the loss."""
-    from fullgraph.models import GNN
+    from fullgraph.models.gnn import GNN
 
     kind, fin, hidden, fout, layers = MODEL
     model = GNN(kind, fin, hidden, fout, layers, 0.5, 0.5)
@@ -57,8 +57,8 @@ def worker(a: argparse.Namespace) -> None:
     import numpy as np
     import torch
 
-    from fullgraph.comm import create_communicator
-    from fullgraph.launch import detect_launch
+    from fullgraph.distributed import create_communicator
+    from fullgraph.distributed.launch import detect_launch
 
     torch.set_num_threads(1)
     numba.set_num_threads(1)

@@ -69,11 +69,11 @@ def worker(a: argparse.Namespace) -> None:
     import numba
     import torch
 
-    from fullgraph.comm import create_communicator
-    from fullgraph.launch import detect_launch
+    from fullgraph.distributed import create_communicator
+    from fullgraph.distributed.launch import detect_launch
     from fullgraph.partition import load_partition
     from fullgraph.resources import release_freed_memory
-    from fullgraph.trainer import TrainConfig, Trainer
+    from fullgraph.training import RunOptions, TrainConfig, Trainer
 
     torch.set_num_threads(1)
     numba.set_num_threads(1)
@@ -94,12 +94,11 @@ def worker(a: argparse.Namespace) -> None:
                 lr=a.lr,
                 epochs=a.worker_epochs,
                 seed=seed,
-                quiet=True,
                 compress_fwd=fwd,
                 compress_bwd=bwd,
                 error_feedback=ef,
             )
-            tr = Trainer(part, comm, cfg)
+            tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
             best_val, test_at_best, steps = -1.0, 0.0, []
             for epoch in range(1, a.worker_epochs + 1):
                 halo0, red0 = comm.bytes_sent["halo"], comm.bytes_sent["reduce"]

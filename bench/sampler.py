@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import CSVWriter, command_line, median
 
 from fullgraph.datasets import load
-from fullgraph.sampler import NeighborSampler, global_batches
+from fullgraph.minibatch.sampler import NeighborSampler, global_batches
 
 
 def ours(graph, fanouts: list[int], batches: list[np.ndarray], repeat: int) -> list[float]:

@@ -54,10 +54,10 @@ def worker_ours(a: argparse.Namespace) -> None:
     """Time our train step (and the bare exchange) on this rank; rank 0 prints JSON."""
     import torch
 
-    from fullgraph.comm import create_communicator
-    from fullgraph.launch import detect_launch
+    from fullgraph.distributed import create_communicator
+    from fullgraph.distributed.launch import detect_launch
     from fullgraph.resources import current_rss_mb, peak_rss_mb
-    from fullgraph.trainer import TrainConfig, Trainer
+    from fullgraph.training import RunOptions, TrainConfig, Trainer
 
     _setup_threads(a.threads)
     comm = create_communicator(a.transport, detect_launch(), timeout_s=600)
@@ -68,7 +68,7 @@ def worker_ours(a: argparse.Namespace) -> None:
         part = load_partition(a.parts, comm.rank, mmap=False)
     else:
         from fullgraph.datasets.registry import load
-        from fullgraph.local_graph import whole_graph_part
+        from fullgraph.partition import whole_graph_part
 
         part = whole_graph_part(load(a.dataset, a.root))
     cfg = TrainConfig(
@@ -78,10 +78,9 @@ def worker_ours(a: argparse.Namespace) -> None:
         dropout=0.5,
         input_dropout=0.0,
         precompute_first=a.precompute,
-        quiet=True,
         exchange_buffer_mb=a.exchange_buffer_mb,
     )
-    tr = Trainer(part, comm, cfg)
+    tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
     tr.ctx.plan.overlap = not a.no_overlap
     steps = []
     for epoch in range(1, a.warmup + a.epochs + 1):

@@ -79,7 +79,7 @@ def setup_logging() -> None:
 
 def _synth(args: argparse.Namespace) -> int:
     from fullgraph.atomic import check_output
-    from fullgraph.datasets.ogb_writer import dataset_dir
+    from fullgraph.datasets.paths import dataset_dir
     from fullgraph.datasets.synthetic import generate, write_ogb
     from fullgraph.errors import ConfigError
     from fullgraph.resources import StageTimer

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fullgraph.datasets.edges import edges_to_csr
 from fullgraph.datasets.graph import Graph
-from fullgraph.datasets.ogb_writer import raw_dir
-from fullgraph.datasets.ops import edges_to_csr
+from fullgraph.datasets.paths import raw_dir
 from fullgraph.datasets.split import per_class_split
 from fullgraph.errors import DataError
 

@@ -23,9 +23,10 @@ import numpy as np
 from tqdm import tqdm
 
 from fullgraph.atomic import atomic_dir, atomic_write_json
+from fullgraph.datasets.edges import edges_to_csr, index_to_mask
 from fullgraph.datasets.graph import Graph, first_overlap
-from fullgraph.datasets.ogb_writer import MARKER_FORMAT, raw_dir
-from fullgraph.datasets.ops import edges_to_csr, index_to_mask
+from fullgraph.datasets.ogb_writer import MARKER_FORMAT
+from fullgraph.datasets.paths import raw_dir
 from fullgraph.errors import DataError
 
 log = logging.getLogger(__name__)

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from fullgraph.datasets.edges import edges_to_csr
 from fullgraph.datasets.graph import Graph
-from fullgraph.datasets.ogb_writer import raw_dir
-from fullgraph.datasets.ops import edges_to_csr
+from fullgraph.datasets.paths import raw_dir
 from fullgraph.errors import DataError
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fullgraph.datasets.edges import csr_to_edges, edges_to_csr
 from fullgraph.datasets.graph import Graph
-from fullgraph.datasets.ops import csr_to_edges, edges_to_csr
 from fullgraph.errors import DataError
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fullgraph.datasets.graph import Graph
-from fullgraph.datasets.ogb_writer import dataset_dir
+from fullgraph.datasets.paths import dataset_dir
 from fullgraph.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -48,11 +48,11 @@ def _reader(name: str) -> Callable[..., Graph] | None:
 
         return read_planetoid
     if name in ("amazon-computers", "amazon-photo", "coauthor-cs", "coauthor-physics"):
-        from fullgraph.datasets.npz import read_gnn_benchmark
+        from fullgraph.datasets.gnn_benchmark import read_gnn_benchmark
 
         return read_gnn_benchmark
     if name == "tolokers":
-        from fullgraph.datasets.npz import read_heterophilous
+        from fullgraph.datasets.heterophilous import read_heterophilous
 
         return read_heterophilous
     if name in ("facebook", "github"):

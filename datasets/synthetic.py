@@ -28,7 +28,7 @@ import numpy as np
 
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.ogb_writer import write_ogb
-from fullgraph.datasets.ops import edges_to_csr
+from fullgraph.datasets.edges import edges_to_csr
 from fullgraph.errors import ConfigError
 
 __all__ = ["PRESETS", "SynthConfig", "generate", "write_ogb"]

@@ -2,8 +2,9 @@
 
 Each subcommand lives in the module that owns its work and exposes
 ``register(subparsers) -> None``, which adds its parser and sets ``func`` (called with the parsed
-namespace, returning an exit code). Modules are imported only to build the parser; heavy imports
-(torch, numba) happen inside the handlers so that ``fullgraph --help`` stays fast.
+namespace, returning an exit code). Only the chosen subcommand's module is imported (the others
+get a one-line entry for ``--help``), and heavy work happens inside the handlers, so that
+``fullgraph --help`` and ``fullgraph data ...`` stay fast.
 """
 
 from __future__ import annotations
@@ -16,18 +17,45 @@ from collections.abc import Sequence
 
 from fullgraph.errors import FullgraphError, is_replicated, one_line
 
-#: (module, summary) of every subcommand, in the order ``--help`` lists them.
-SUBCOMMANDS: list[tuple[str, str]] = [
-    ("fullgraph.datasets.cli", "data"),
-    ("fullgraph.partition.cli", "partition"),
-    ("fullgraph.partition.verify_cli", "verify"),
-    ("fullgraph.train_cli", "train"),
-    ("fullgraph.minibatch_cli", "minibatch"),
+#: (module, name, summary) of every subcommand, in the order ``--help`` lists them.
+SUBCOMMANDS: list[tuple[str, str, str]] = [
+    ("fullgraph.datasets.cli", "data", "generate synthetic datasets, describe datasets on disk"),
+    (
+        "fullgraph.partition.cli",
+        "partition",
+        "split a dataset into P per-rank parts (METIS, random or contiguous)",
+    ),
+    (
+        "fullgraph.partition.verify_cli",
+        "verify",
+        "check a partition directory: ownership, edges, halo maps, checksums",
+    ),
+    (
+        "fullgraph.training.cli",
+        "train",
+        "train GCN / GraphSAGE full-batch (mpirun -n P for P ranks)",
+    ),
+    (
+        "fullgraph.minibatch.cli",
+        "minibatch",
+        "train GraphSAGE with neighbour sampling (the mini-batch baseline)",
+    ),
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every available subcommand registered."""
+def _chosen(argv: Sequence[str] | None) -> str | None:
+    """The subcommand named on the command line (the first argument not an option)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return next((a for a in args if not a.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; the subcommand chosen in ``argv`` is registered in full.
+
+    Args:
+        argv: the arguments (default ``sys.argv[1:]``); with no subcommand chosen (top-level
+            ``--help``) every subcommand gets its one-line entry only.
+    """
     parser = argparse.ArgumentParser(
         prog="fullgraph",
         description=(
@@ -38,14 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module_name, _ in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # subcommand not part of this build
-            raise
-        module.register(sub)
+    chosen = _chosen(argv)
+    names = {name for _, name, _ in SUBCOMMANDS}
+    for module_name, name, summary in SUBCOMMANDS:
+        if chosen != name and (chosen in names or chosen is None):
+            sub.add_parser(name, help=summary)
+            continue
+        importlib.import_module(module_name).register(sub)
     return parser
 
 
@@ -59,7 +86,7 @@ class Terminated(KeyboardInterrupt):
 
 def _launcher_rank() -> int:
     """This process's rank as the launcher's environment says (0 when it says nothing)."""
-    from fullgraph.launch import detect_launch
+    from fullgraph.distributed.launch import detect_launch
 
     try:
         return detect_launch().rank
@@ -77,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     SIGTERM is handled like SIGINT: clean-ups run, one line is printed, the exit status is
     ``128 + signal``.
     """
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:

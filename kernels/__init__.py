@@ -11,15 +11,13 @@ Public API:
 
 from fullgraph.kernels.csr import CSRMatrix
 from fullgraph.kernels.quantize import (
-    QuantizedRows,
     cast_half,
     dequantize,
     dequantize_bytes,
-    packed_width,
     quantize,
     quantize_to_bytes,
-    record_nbytes,
 )
+from fullgraph.kernels.quantized_rows import QuantizedRows, packed_width, record_nbytes
 from fullgraph.kernels.spmm import spmm, spmm_reference
 
 __all__ = [

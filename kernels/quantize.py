@@ -6,128 +6,41 @@ Rounding is either deterministic (to nearest: error <= scale / 2) or stochastic 
 with ``u`` uniform in [0, 1): unbiased). The uniform numbers come from a counter-based hash of
 ``(seed, row, column)``, so the CPU path and the Triton path draw the same ones.
 
-Packing: a row of F codes at b bits takes ``ceil(F * b / 8)`` bytes; code ``j`` sits in byte
-``j // (8 // b)`` at bit ``(j % (8 // b)) * b`` (little end first); padding bits are zero. Bytes
-on the wire per row: the packed bytes plus 8 (float32 min and scale), see
-:meth:`QuantizedRows.to_bytes`, which lays each row's record out contiguously so that row ranges
-can be sliced for an all-to-all.
+Packing (:mod:`fullgraph.kernels.quantized_rows`): a row of F codes at b bits takes
+``ceil(F * b / 8)`` bytes; code ``j`` sits in byte ``j // (8 // b)`` at bit
+``(j % (8 // b)) * b`` (little end first); padding bits are zero. Bytes on the wire per row:
+the packed bytes plus 8 (float32 min and scale), see :meth:`QuantizedRows.to_bytes`, which lays
+each row's record out contiguously so that row ranges can be sliced for an all-to-all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fullgraph.errors import ConfigError, FullgraphError
+from fullgraph.hashing import lowbias32
 from fullgraph.kernels.backend import select_backend
+from fullgraph.kernels.quantized_rows import (
+    QuantizedRows,
+    check_bits,
+    check_records,
+    packed_width,
+)
 
-BITS = (8, 4, 2)
 _MASK32 = 0xFFFFFFFF
-PARAM_BYTES = 8  # float32 row_min + float32 row_scale
-
-
-def packed_width(num_cols: int, bits: int) -> int:
-    """Bytes of one packed row: ``ceil(num_cols * bits / 8)``."""
-    return (num_cols * bits + 7) // 8
-
-
-def record_nbytes(num_cols: int, bits: int) -> int:
-    """Bytes one row takes on the wire: packed codes plus float32 min and scale."""
-    return packed_width(num_cols, bits) + PARAM_BYTES
-
-
-@dataclass
-class QuantizedRows:
-    """Quantized rows: packed codes plus per-row float32 minimum and scale.
-
-    Shapes:
-        - ``packed``: uint8 [N, ceil(num_cols * bits / 8)]
-        - ``row_min``, ``row_scale``: float32 [N]
-    """
-
-    packed: torch.Tensor
-    row_min: torch.Tensor
-    row_scale: torch.Tensor
-    bits: int
-    num_cols: int
-
-    @property
-    def num_rows(self) -> int:
-        """Number of rows N."""
-        return int(self.packed.shape[0])
-
-    @property
-    def nbytes(self) -> int:
-        """Exact bytes to send: packed codes + 8 bytes of parameters per row."""
-        return self.num_rows * record_nbytes(self.num_cols, self.bits)
-
-    def to_bytes(self) -> torch.Tensor:
-        """One uint8 buffer [N * record_nbytes]: per row, the packed codes, then min, then scale.
-
-        Rows are contiguous records, so ``buf[a * rec : b * rec]`` holds rows ``a..b-1``.
-        """
-        n = self.num_rows
-        params = torch.stack([self.row_min, self.row_scale], dim=1).contiguous()
-        return torch.cat([self.packed, params.view(torch.uint8).view(n, PARAM_BYTES)], 1).view(-1)
-
-    @classmethod
-    def from_bytes(cls, buf: torch.Tensor, n: int, f: int, bits: int) -> QuantizedRows:
-        """Rebuild from :meth:`to_bytes` output of ``n`` rows, ``f`` columns, ``bits`` bits."""
-        rec = _check_records(buf, n, f, bits, "QuantizedRows.from_bytes")
-        rows = buf.reshape(n, rec)
-        width = rec - PARAM_BYTES
-        # A fresh 1-D copy: offset 0 and unit stride even when n = 1 (a view of the buffer).
-        params = rows[:, width:].reshape(-1).clone().view(torch.float32).view(n, 2)
-        return cls(
-            rows[:, :width].contiguous(), params[:, 0].clone(), params[:, 1].clone(), bits, f
-        )
-
-
-def _check_records(buf: torch.Tensor, n: int, f: int, bits: int, who: str) -> int:
-    """Check ``buf`` holds ``n`` records of ``f`` columns at ``bits`` bits; the record size."""
-    _check_bits(bits)
-    rec = record_nbytes(f, bits)
-    if buf.dtype != torch.uint8 or buf.numel() != n * rec:
-        raise FullgraphError(
-            f"{who}: buffer of {buf.numel()} {buf.dtype} values, expected {n * rec} uint8 for "
-            f"{n} rows x {f} columns at {bits} bits"
-        )
-    return rec
-
-
-def _check_bits(bits: int) -> None:
-    if bits not in BITS:
-        raise ConfigError(f"quantize: bits must be one of {BITS}, got {bits}")
-
-
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """``(x * c) mod 2^32`` for int64 ``x`` in [0, 2^32) without int64 overflow."""
-    lo = (x & 0xFFFF) * c
-    hi = (((x >> 16) * c) & 0xFFFF) << 16
-    return (lo + hi) & _MASK32
-
-
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash (lowbias32) on int64 tensors holding values in [0, 2^32)."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
 
 
 def seed_key(seed: int) -> int:
     """The 31-bit key both paths hash rows with, derived from ``seed``."""
-    return int(_mix32(torch.tensor(seed & _MASK32, dtype=torch.int64))) & 0x7FFFFFFF
+    return int(lowbias32(torch.tensor(seed & _MASK32, dtype=torch.int64))) & 0x7FFFFFFF
 
 
 def uniform_noise(num_rows: int, num_cols: int, key: int, device: torch.device) -> torch.Tensor:
     """The uniform [0, 1) numbers of stochastic rounding, float32 [num_rows, num_cols]."""
     rows = torch.arange(num_rows, device=device, dtype=torch.int64)
     cols = torch.arange(num_cols, device=device, dtype=torch.int64)
-    k1 = _mix32(rows ^ key)
-    h = _mix32((k1[:, None] + cols[None, :]) & _MASK32)
+    k1 = lowbias32(rows ^ key)
+    h = lowbias32((k1[:, None] + cols[None, :]) & _MASK32)
     return (h >> 8).to(torch.float32) * (1.0 / (1 << 24))
 
 
@@ -191,7 +104,7 @@ def quantize(
     Raises:
         ConfigError: for bits outside 8, 4, 2. FullgraphError: for a non-2-D or integer ``X``.
     """
-    _check_bits(bits)
+    check_bits(bits)
     if X.dim() != 2 or not X.dtype.is_floating_point:
         raise FullgraphError(f"quantize: X must be a 2-D float tensor, got {X.dtype} {X.shape}")
     if seed is None:
@@ -228,7 +141,7 @@ def quantize_to_bytes(
         uint8 [N * record_nbytes(F, bits)]. The numba CPU kernel writes the records in one pass
         (feedback included); other back-ends quantize, pack and dequantize in steps; same bytes.
     """
-    _check_bits(bits)
+    check_bits(bits)
     if residual is not None and (
         residual.shape != X.shape or residual.dtype != torch.float32 or not residual.is_contiguous()
     ):
@@ -249,7 +162,7 @@ def quantize_to_bytes(
 
 def dequantize_bytes(buf: torch.Tensor, num_rows: int, num_cols: int, bits: int) -> torch.Tensor:
     """Float32 [num_rows, num_cols] rows of a :func:`quantize_to_bytes` buffer."""
-    _check_records(buf, num_rows, num_cols, bits, "dequantize_bytes")
+    check_records(buf, num_rows, num_cols, bits, "dequantize_bytes")
     if select_backend(buf.device, "dequantize") == "cpu":
         from fullgraph.kernels.quantize_cpu import decode_records_cpu
 

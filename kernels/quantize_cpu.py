@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from fullgraph.kernels.quantize import QuantizedRows, packed_width, record_nbytes
+from fullgraph.hashing import lowbias32_u64
+from fullgraph.kernels.quantized_rows import QuantizedRows, packed_width, record_nbytes
 from fullgraph.kernels.spmm_cpu import thread_count
 
 #: Rows one parallel work item handles (one scratch buffer of codes per block).
@@ -22,21 +23,7 @@ ROW_BLOCK = 64
 
 _M32 = np.uint64(0xFFFFFFFF)
 _S8 = np.uint64(8)
-_S15 = np.uint64(15)
-_S16 = np.uint64(16)
-_C1 = np.uint64(0x7FEB352D)
-_C2 = np.uint64(0x846CA68B)
 _INV24 = np.float32(1.0 / (1 << 24))
-
-
-@njit(inline="always", cache=True)
-def _mix32(x):  # pragma: no cover - compiled by numba
-    """lowbias32 of a uint64 holding a value in [0, 2^32); same as the torch ``_mix32``."""
-    x = x ^ (x >> _S16)
-    x = (x * _C1) & _M32
-    x = x ^ (x >> _S15)
-    x = (x * _C2) & _M32
-    return x ^ (x >> _S16)
 
 
 @njit(inline="always", cache=True)
@@ -53,9 +40,9 @@ def _row_codes(row, i, levels, stochastic, ukey, codes):  # pragma: no cover - n
     scale = (mx - mn) / levels
     inv = np.float32(1.0) / scale if scale > zero else zero
     if stochastic:
-        k1 = _mix32(np.uint64(i) ^ ukey)
+        k1 = lowbias32_u64(np.uint64(i) ^ ukey)
         for j in range(f):
-            h = _mix32((k1 + np.uint64(j)) & _M32)
+            h = lowbias32_u64((k1 + np.uint64(j)) & _M32)
             u = np.float32(h >> _S8) * _INV24
             v = np.floor((row[j] - mn) * inv + u)
             codes[j] = np.uint8(min(max(v, zero), levels))

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fullgraph.kernels.quantize import QuantizedRows, packed_width
+from fullgraph.kernels.quantized_rows import QuantizedRows, packed_width
 from fullgraph.kernels.spmm_triton import kernel_for
 
 

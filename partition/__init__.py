@@ -18,6 +18,7 @@ from fullgraph.partition.format import FORMAT_VERSION, PART_ARRAYS, read_meta
 from fullgraph.partition.load import Partition, load_partition
 from fullgraph.partition.report import format_report
 from fullgraph.partition.verify import verify_partitions
+from fullgraph.partition.whole import whole_graph_part
 
 __all__ = [
     "FORMAT_VERSION",
@@ -31,5 +32,6 @@ __all__ = [
     "read_meta",
     "symmetric_adjacency",
     "verify_partitions",
+    "whole_graph_part",
     "write_partitions",
 ]

@@ -54,14 +54,14 @@ def _step_bound(codec: str, x: torch.Tensor) -> torch.Tensor:
 
 def check_exchange(part: Any, comm: Any, codec: str) -> list[str]:
     """One compressed forward + backward exchange against the kernels' round trip."""
-    from fullgraph.compression import (
+    from fullgraph.distributed.compression import (
         BACKWARD,
         FORWARD,
         HaloCompression,
         exchange_seed,
         record_bytes,
     )
-    from fullgraph.halo import HaloExchange, HaloPlan
+    from fullgraph.distributed.halo import HaloExchange, HaloPlan
 
     fails = []
     gids = torch.from_numpy(np.array(part.global_ids, dtype=np.int64))
@@ -119,20 +119,20 @@ def check_exchange(part: Any, comm: Any, codec: str) -> list[str]:
 
 
 def _train(part: Any, comm: Any, epochs: int, **kw: Any) -> tuple[Any, list[float]]:
-    from fullgraph.trainer import TrainConfig, Trainer
+    from fullgraph.training import RunOptions, TrainConfig, Trainer
 
     cfg = TrainConfig(
         model="gcn", layers=3, hidden=10, dropout=0.5, input_dropout=0.5, epochs=max(epochs, 1),
         seed=7,
-        quiet=True, **kw,
+        **kw,
     )  # fmt: skip
-    tr = Trainer(part, comm, cfg)
+    tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
     return tr, [tr.train_step(e).loss for e in range(1, epochs + 1)]
 
 
 def check_training(part: Any, comm: Any) -> tuple[list[str], dict[str, float]]:
     """Trainer-level checks (see the module docstring)."""
-    from fullgraph.compression import record_bytes
+    from fullgraph.distributed.compression import record_bytes
 
     fails: list[str] = []
     figures: dict[str, float] = {}
@@ -189,8 +189,8 @@ def main(argv: list[str]) -> int:
     """Entry point under mpirun: ``PARTS TRANSPORTS OUT.json``."""
     import numba
 
-    from fullgraph.comm import create_communicator
-    from fullgraph.launch import detect_launch
+    from fullgraph.distributed import create_communicator
+    from fullgraph.distributed.launch import detect_launch
     from fullgraph.partition import load_partition
 
     parts, transports, out_path = argv[:3]

@@ -10,6 +10,13 @@ Fixtures other test modules can use:
 - ``small_partitions``: ``{P: path}`` for P = 1, 2, 4, METIS partitions of ``small_graph``
   written with :func:`fullgraph.partition.partition_graph` into a session tmp dir. Treat them as
   read-only (copy one with ``shutil.copytree`` before tampering with it).
+- ``shared_root``: a dataset root whose ``<name>/raw`` entries link to the read-only real
+  datasets of ``../shared/datasets`` (or ``$FULLGRAPH_SHARED_DATASETS``); tests using it skip
+  where that directory is absent (a fresh clone). ``shared_dataset(name)`` gives the root after
+  checking that dataset ``name`` is there (skipping otherwise). The one place that path lives.
+
+Markers: ``slow`` marks the long tests (accuracy targets, multi-process sweeps);
+``pytest -m "not slow"`` is the fast set for development, CI runs everything.
 """
 
 from __future__ import annotations
@@ -132,3 +139,53 @@ def small_partitions(small_graph: Graph, tmp_path_factory: pytest.TempPathFactor
         paths[p] = root / f"{small_graph.name}-{p}"
         partition_graph(small_graph, p, paths[p], method="metis", seed=0)
     return paths
+
+
+#: The real datasets beside the checkout (read-only; never written next to).
+SHARED_DATASETS = Path(
+    os.environ.get(
+        "FULLGRAPH_SHARED_DATASETS",
+        Path(__file__).resolve().parents[1].parent / "shared" / "datasets",
+    )
+)
+
+#: dataset name -> its directory in the shared datasets
+SHARED_DIRS = {
+    "cora": "cora",
+    "citeseer": "citeseer",
+    "pubmed": "pubmed",
+    "amazon-computers": "amazon_computers",
+    "amazon-photo": "amazon_photo",
+    "coauthor-cs": "coauthor_cs",
+    "coauthor-physics": "coauthor_physics",
+    "tolokers": "tolokers",
+    "facebook": "facebook_page_page",
+    "github": "github_musae",
+}
+
+
+@pytest.fixture(scope="session")
+def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dataset root linking ``<name>/raw`` to every shared dataset present (read-only)."""
+    if not SHARED_DATASETS.is_dir():
+        pytest.skip(f"shared datasets not found at {SHARED_DATASETS}")
+    root = tmp_path_factory.mktemp("shared-datasets")
+    for name, shared in SHARED_DIRS.items():
+        src = SHARED_DATASETS / shared / "raw"
+        if src.is_dir():
+            d = root / name.replace("-", "_")
+            d.mkdir()
+            (d / "raw").symlink_to(src, target_is_directory=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def shared_dataset(shared_root: Path) -> Callable[[str], Path]:
+    """``shared_dataset(name)``: the root holding dataset ``name``, or skip when it is absent."""
+
+    def root_of(name: str) -> Path:
+        if not (shared_root / name.replace("-", "_")).exists():
+            pytest.skip(f"{SHARED_DATASETS / SHARED_DIRS[name]} absent")
+        return shared_root
+
+    return root_of

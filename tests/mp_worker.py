@@ -33,8 +33,8 @@ VARIANTS = [
     ("sage_pre", "sage", 0.0),
     ("sage_sliced", "sage", 0.5),
 ]
-#: Variants whose exchanges go in this many slices (``fullgraph.exchange_slices``; shares of
-#: uneven size, some empty), so that the pipelined sliced exchange is checked too.
+#: Variants whose exchanges go in this many slices (``fullgraph.distributed.exchange_slices``;
+#: shares of uneven size, some empty), so that the pipelined sliced exchange is checked too.
 SLICES = {"sage_sliced": 7}
 
 
@@ -62,9 +62,9 @@ def reduce_run(part: Any, comm: Any) -> tuple[dict[str, np.ndarray], list[str]]:
     """
     import hashlib
 
-    from fullgraph.comm import chunk_sizes
-    from fullgraph.models import parameter_vector
-    from fullgraph.trainer import TrainConfig, Trainer
+    from fullgraph.distributed.communicator import chunk_sizes
+    from fullgraph.models.gnn import parameter_vector
+    from fullgraph.training import RunOptions, TrainConfig, Trainer
 
     out: dict[str, np.ndarray] = {}
     fails: list[str] = []
@@ -83,8 +83,8 @@ def reduce_run(part: Any, comm: Any) -> tuple[dict[str, np.ndarray], list[str]]:
                 fails.append(f"n={n} {np.dtype(dtype).name}: ranks hold different sums")
             if dtype is np.float32:
                 out[f"sum/{n}"] = t.numpy().copy()
-    cfg = TrainConfig(model="gcn", epochs=EPOCHS, dropout=0.5, seed=3, quiet=True)
-    tr = Trainer(part, comm, cfg)
+    cfg = TrainConfig(model="gcn", epochs=EPOCHS, dropout=0.5, seed=3)
+    tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
     tr.fit()
     params = parameter_vector(tr.model).detach()
     if len(set(comm.allgather_object(params.numpy().tobytes()))) != 1:
@@ -97,8 +97,8 @@ def reduce_run(part: Any, comm: Any) -> tuple[dict[str, np.ndarray], list[str]]:
 
 def run_variants(part: Any, comm: Any) -> dict[str, np.ndarray]:
     """Logits and gradients of step 1 and losses of :data:`EPOCHS` epochs, per variant."""
-    import fullgraph.exchange_slices as slicing
-    from fullgraph.trainer import TrainConfig, Trainer
+    import fullgraph.distributed.exchange_slices as slicing
+    from fullgraph.training import RunOptions, TrainConfig, Trainer
 
     out: dict[str, np.ndarray] = {}
     default_count = slicing.slice_count
@@ -117,9 +117,8 @@ def run_variants(part: Any, comm: Any) -> dict[str, np.ndarray]:
             seed=3,
             weight_decay=5e-4,
             weight_decay_scope="all",
-            quiet=True,
         )
-        tr = Trainer(part, comm, cfg)
+        tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
         if name in SLICES and comm.size > 1:
             assert len(tr.ctx.plan.slices(16, None, 0)) == SLICES[name], "not sliced"
         step = tr.train_step(1)
@@ -140,7 +139,7 @@ def check_halo_exchange(part: Any, comm: Any) -> bool:
     Row ``i`` holds ``(gid, 2 gid + 1)``; the halo must hold those of its global ids, and the
     gradient of ``sum(halo)`` on an inner row is the number of peers it is sent to.
     """
-    from fullgraph.halo import HaloExchange, HaloPlan
+    from fullgraph.distributed.halo import HaloExchange, HaloPlan
 
     plan = HaloPlan.from_partition(part, comm)
     gids = torch.from_numpy(np.array(part.global_ids, dtype=np.int64)).double()
@@ -157,7 +156,7 @@ def check_halo_exchange(part: Any, comm: Any) -> bool:
 
 def accuracy_run(part: Any, comm: Any, seeds: list[int]) -> list[float]:
     """Test accuracy at the best validation epoch of the Planetoid GCN recipe, per seed."""
-    from fullgraph.trainer import TrainConfig, Trainer
+    from fullgraph.training import RunOptions, TrainConfig, Trainer
 
     accs = []
     for seed in seeds:
@@ -172,9 +171,8 @@ def accuracy_run(part: Any, comm: Any, seeds: list[int]) -> list[float]:
             epochs=200,
             seed=seed,
             normalize_features=True,
-            quiet=True,
         )
-        accs.append(Trainer(part, comm, cfg).fit()["test_acc"])
+        accs.append(Trainer(part, comm, cfg, RunOptions(quiet=True)).fit()["test_acc"])
     return accs
 
 
@@ -186,8 +184,8 @@ def main(argv: list[str]) -> int:
     """
     import numba
 
-    from fullgraph.comm import create_communicator
-    from fullgraph.launch import detect_launch
+    from fullgraph.distributed import create_communicator
+    from fullgraph.distributed.launch import detect_launch
     from fullgraph.partition import load_partition
 
     mode, parts_list, transports, out_path = argv[:4]

@@ -1,0 +1,61 @@
+"""Building the communicator of a transport from the launcher's rank and size."""
+
+from __future__ import annotations
+
+from fullgraph.distributed.communicator import Communicator
+from fullgraph.distributed.launch import LaunchInfo
+from fullgraph.errors import ConfigError
+
+TRANSPORTS = ("local", "mpi", "gloo", "nccl")
+
+
+def resolve_transport(transport: str, info: LaunchInfo) -> str:
+    """The transport ``auto`` stands for: ``mpi`` for several ranks under an MPI launcher,
+    ``gloo`` for several ranks under ``torchrun``, else ``local``; other names as given."""
+    if transport != "auto":
+        return transport
+    if info.size == 1:
+        return "local"
+    return "mpi" if info.under_mpi else "gloo"
+
+
+def create_communicator(transport: str, info: LaunchInfo, timeout_s: float = 300.0) -> Communicator:
+    """Build the communicator for ``transport`` from the launcher's rank and size.
+
+    Args:
+        transport: ``local``, ``mpi``, ``gloo`` or ``nccl``.
+        info: rank and size read by :func:`fullgraph.launch.detect_launch`.
+        timeout_s: seconds any collective may wait.
+
+    Returns:
+        The communicator; ``local`` is only valid for a single rank.
+
+    Raises:
+        ConfigError: unknown transport, ``local`` with several ranks, or ``mpi`` outside an
+            MPI launcher with several ranks.
+    """
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"unknown transport {transport!r} (choose from {', '.join(TRANSPORTS)})")
+    if transport == "local":
+        if info.size != 1:
+            raise ConfigError(
+                f"transport local runs one rank, but the launcher started {info.size}"
+            )
+        return Communicator(0, 1, timeout_s)
+    if transport == "mpi":
+        from fullgraph.distributed.mpi import MPICommunicator
+
+        if info.size > 1 and not info.under_mpi:
+            raise ConfigError(
+                f"transport mpi needs an MPI launcher, but {info.launcher} started us"
+            )
+        comm = MPICommunicator(timeout_s)
+        if (comm.rank, comm.size) != (info.rank, info.size):
+            raise ConfigError(
+                f"MPI sees rank {comm.rank} of {comm.size} but the launcher says "
+                f"{info.rank} of {info.size}"
+            )
+        return comm
+    from fullgraph.distributed.torch_distributed import TorchCommunicator
+
+    return TorchCommunicator(transport, info, timeout_s)

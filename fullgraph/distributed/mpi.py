@@ -1,0 +1,98 @@
+"""The ``mpi`` transport: mpi4py on host buffers (``Ialltoallv``; maxima by ``Iallreduce``).
+
+MPI moves large messages only while a rank calls into it, so every wait polls its request
+(:func:`wait_request`), which also bounds it by the communicator's timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from fullgraph.distributed.communicator import Communicator
+
+
+def wait_request(request: Any, timeout_s: float, what: str) -> None:
+    """Drive an MPI request to completion; raise :class:`TimeoutError` after ``timeout_s``.
+
+    MPI moves large messages only while a rank calls into it (no progress thread), so this
+    polls ``Test`` without sleeping; ``sched_yield`` hands the core to another rank when the
+    node is oversubscribed.
+    """
+    deadline = time.monotonic() + timeout_s
+    polls = 0
+    while not request.Test():
+        polls += 1
+        if polls % 256 == 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"MPI {what} did not complete within {timeout_s:g} s")
+            os.sched_yield()
+
+
+class MPICommunicator(Communicator):
+    """mpi4py on host buffers: ``Ialltoallv`` with per-peer counts, ``Iallreduce`` for maxima.
+
+    Sums go through the all-to-all too, in rank order (:meth:`Communicator.allreduce_`).
+    """
+
+    transport = "mpi"
+
+    def __init__(self, timeout_s: float = 300.0) -> None:
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self._comm = MPI.COMM_WORLD
+        super().__init__(self._comm.Get_rank(), self._comm.Get_size(), timeout_s)
+
+    def _alltoallv(
+        self, send: torch.Tensor, recv: torch.Tensor, send_rows: list[int], recv_rows: list[int]
+    ) -> Callable[[], None]:
+        width = int(np.prod(send.shape[1:])) if send.dim() > 1 else 1
+        scount = np.asarray(send_rows, dtype=np.int64) * width
+        rcount = np.asarray(recv_rows, dtype=np.int64) * width
+        sdispl = np.concatenate([[0], np.cumsum(scount)[:-1]])
+        rdispl = np.concatenate([[0], np.cumsum(rcount)[:-1]])
+        sbuf, rbuf = send.detach().numpy().reshape(-1), recv.numpy().reshape(-1)
+        req = self._comm.Ialltoallv([sbuf, (scount, sdispl)], [rbuf, (rcount, rdispl)])
+
+        def wait(_alive: tuple = (sbuf, rbuf, scount, rcount, sdispl, rdispl)) -> None:
+            # The default argument keeps the buffers alive until the request completes.
+            wait_request(req, self.timeout_s, "all-to-all")
+
+        return wait
+
+    def _allreduce(self, tensor: torch.Tensor, op: str) -> None:
+        if self.size == 1:
+            return
+        buf = tensor.numpy().reshape(-1)
+        mpi_op = self._mpi.SUM if op == "sum" else self._mpi.MAX
+        req = self._comm.Iallreduce(self._mpi.IN_PLACE, buf, op=mpi_op)
+        wait_request(req, self.timeout_s, "all-reduce")
+
+    def _broadcast(self, tensor: torch.Tensor, root: int) -> None:
+        if self.size == 1:
+            return
+        req = self._comm.Ibcast(tensor.numpy().reshape(-1), root=root)
+        wait_request(req, self.timeout_s, "broadcast")
+
+    def allgather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (pickled; sizes exchanged first)."""
+        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+        sizes = np.zeros(self.size, dtype=np.int64)
+        req = self._comm.Iallgather(np.array([data.size], dtype=np.int64), sizes)
+        wait_request(req, self.timeout_s, "all-gather")
+        out = np.empty(int(sizes.sum()), dtype=np.uint8)
+        displ = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        req = self._comm.Iallgatherv(data, [out, (sizes, displ)])
+        wait_request(req, self.timeout_s, "all-gather")
+        return [pickle.loads(out[d : d + s].tobytes()) for d, s in zip(displ, sizes, strict=True)]
+
+    def abort(self, code: int = 1) -> None:
+        """Abort every rank of ``MPI.COMM_WORLD``."""
+        self._comm.Abort(code)

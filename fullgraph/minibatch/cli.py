@@ -1,0 +1,88 @@
+"""``fullgraph minibatch``: the neighbour-sampling GraphSAGE baseline, data-parallel over ranks.
+
+``mpirun -n P fullgraph minibatch --dataset NAME --root DIR --fanouts 15,10,5 --batch-size B``
+loads the whole graph on every rank, trains with sampled blocks and prints the same per-epoch
+line (and writes the same JSON fields) as ``fullgraph train``: both run on the scaffold of
+:mod:`fullgraph.training.job` and the epochs of :mod:`fullgraph.training.epochs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fullgraph.minibatch.config import MinibatchConfig, MinibatchData
+from fullgraph.training.job import Job, RunOptions, RuntimeOptions, add_options, run_job
+
+#: Run options the baseline has no use for (it keeps no checkpoints).
+_NO_CHECKPOINTS = ("checkpoint", "checkpoint_every", "resume")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``minibatch`` subcommand to the ``fullgraph`` parser."""
+    p = subparsers.add_parser(
+        "minibatch",
+        help="train GraphSAGE with neighbour sampling (the mini-batch baseline)",
+        description=(
+            "Mini-batch GraphSAGE (mean) with uniform neighbour sampling without replacement, "
+            "data-parallel over the ranks of an MPI job (graph replicated per rank, gradients "
+            "all-reduced). Evaluation is layer-wise full-graph inference. Example: "
+            "mpirun -n 2 fullgraph minibatch --dataset cora --root data --fanouts 15,10,5"
+        ),
+    )
+    add_options(
+        p,
+        ("data", MinibatchData, ()),
+        ("model, sampling and optimiser", MinibatchConfig, ()),
+        ("runtime", RuntimeOptions, ("device",)),
+        ("run outputs", RunOptions, _NO_CHECKPOINTS),
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``fullgraph minibatch``; returns the exit status."""
+    from fullgraph.errors import ConfigError
+
+    built: dict[str, Any] = {}
+
+    def prepare(info: Any) -> None:
+        built["data"] = MinibatchData.from_args(args)
+        built["config"] = MinibatchConfig.from_args(args)
+        if args.transport == "nccl":
+            raise ConfigError("the mini-batch baseline runs on the CPU: --transport nccl is not "
+                              "available, use mpi or gloo")  # fmt: skip
+
+    run_job(
+        "minibatch",
+        lambda: RuntimeOptions.from_args(args, device="cpu"),
+        lambda: RunOptions.from_args(args),
+        prepare,
+        lambda job: _train(job, built["data"], built["config"]),
+    )
+    return 0
+
+
+def _train(job: Job, data: MinibatchData, config: MinibatchConfig) -> dict[str, Any]:
+    """Outputs checked, dataset loaded (both agreed by all ranks), then the epochs."""
+    from fullgraph.datasets import load, require_features
+    from fullgraph.errors import DataError
+    from fullgraph.minibatch.trainer import MinibatchTrainer
+    from fullgraph.training.epochs import final_line
+
+    job.open_outputs()
+
+    def load_graph() -> Any:
+        graph = load(data.dataset, data.root)  # the default split, as `fullgraph train`
+        require_features(graph)
+        if not graph.train_mask.any():
+            raise DataError(f"{graph.name}: graph has no training nodes")
+        return graph
+
+    graph = job.agree(load_graph)
+    trainer = MinibatchTrainer(graph, job.comm, config, quiet=job.run.quiet)
+    resolved = {"config": {**config.to_dict(), "quiet": job.run.quiet}, "data": data.dataset}
+    final = trainer.fit(job.start(resolved))
+    if job.comm.rank == 0:
+        print(final_line(final, job.threads), flush=True)
+    return final

@@ -1,0 +1,78 @@
+"""What defines a mini-batch run (the baseline), with each option's default, help and check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fullgraph.config import (
+    NON_NEGATIVE,
+    OPTIONAL_PROBABILITY,
+    POSITIVE,
+    POSITIVE_INT,
+    PROBABILITY,
+    SEED,
+    Config,
+    check_path,
+    option,
+)
+from fullgraph.errors import ConfigError
+from fullgraph.training.config import InputDropoutConfig
+
+
+def parse_fanouts(text: str) -> list[int]:
+    """``"15,10,5"`` -> ``[15, 10, 5]`` (``-1`` takes all neighbours).
+
+    Raises:
+        ConfigError: an entry is not an integer, is 0 or is below -1.
+    """
+    try:
+        fanouts = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ConfigError(f"--fanouts must be comma-separated integers, got {text!r}") from None
+    if not fanouts or any(f == 0 or f < -1 for f in fanouts):
+        raise ConfigError(f"--fanouts needs positive counts (or -1 for all), got {text!r}")
+    return fanouts
+
+
+def _check_fanouts(option_name: str, value: list[int]) -> None:
+    if not value or any(not isinstance(f, int) or f == 0 or f < -1 for f in value):
+        raise ConfigError(f"{option_name} needs positive counts (or -1 for all), got {value}")
+
+
+@dataclass
+class MinibatchConfig(InputDropoutConfig, Config):
+    """The experiment of a mini-batch run (``fanouts[0]`` applies to the seeds)."""
+
+    fanouts: list[int] = option(
+        [15, 10, 5],
+        "neighbours sampled per node at hop 1,2,...; one hop per layer",
+        parse=parse_fanouts,
+        check=_check_fanouts,
+    )
+    batch_size: int = option(1024, "global seeds per step", check=POSITIVE_INT)
+    hidden: int = option(256, "hidden width", check=POSITIVE_INT)
+    lr: float = option(0.003, "Adam learning rate", check=POSITIVE)
+    weight_decay: float = option(0.0, "Adam weight decay on all parameters", check=NON_NEGATIVE)
+    dropout: float = option(0.5, "dropout before hidden layers", check=PROBABILITY)
+    input_dropout: float | None = option(
+        None, "dropout of the input features (default --dropout)", check=OPTIONAL_PROBABILITY
+    )
+    epochs: int = option(20, "passes over the training nodes", check=POSITIVE_INT)
+    eval_every: int = option(1, "evaluate every N epochs", check=POSITIVE_INT)
+    seed: int = option(0, "seed of weights, batches and sampling", check=SEED)
+
+
+@dataclass
+class MinibatchData(Config):
+    """What ``fullgraph minibatch`` trains on (every rank holds the whole graph)."""
+
+    dataset: str = option(None, "dataset name, as `fullgraph data` knows it")
+    root: str = option(None, "dataset root directory (<root>/<name>/raw)")
+
+    def check(self) -> None:
+        """Both given and not empty."""
+        for name in ("dataset", "root"):
+            value = getattr(self, name)
+            if value is None:
+                raise ConfigError(f"--{name} is required")
+            check_path(f"--{name}", value)

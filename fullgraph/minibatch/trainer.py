@@ -1,0 +1,153 @@
+"""Data-parallel mini-batch training of GraphSAGE with neighbour sampling (the baseline).
+
+Every rank holds the whole graph (as PyG's multi-GPU examples do). Each epoch the training
+nodes are shuffled with ``(seed, epoch)`` into global batches of ``batch_size``; rank ``r``
+samples the blocks of its contiguous share of every global batch and computes the loss summed
+over its seeds divided by the GLOBAL batch size, so that the sum of the ranks' gradients (one
+all-reduce per step through the :class:`~fullgraph.distributed.Communicator`) is the gradient of the
+whole batch. Sampling and dropout are keyed by global node ids, so P ranks and one process
+compute the same gradients. Evaluation is layer-wise full-graph inference with the rows split
+over the ranks. The epochs, their line and JSON fields are the shared skeleton of
+:mod:`fullgraph.training.epochs`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fullgraph.datasets import Graph
+from fullgraph.distributed.communicator import Communicator
+from fullgraph.errors import DataError
+from fullgraph.minibatch.config import MinibatchConfig
+from fullgraph.minibatch.model import block_forward, layerwise_inference, row_range, rows_operator
+from fullgraph.minibatch.sampler import NeighborSampler, global_batches, rank_share
+from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
+from fullgraph.training.epochs import EpochLoop, EpochStats, accuracies, reduce_gradients
+from fullgraph.training.optim import Adam
+
+
+class MinibatchTrainer(EpochLoop):
+    """Trains GraphSAGE on sampled blocks; every rank of the job builds one with the same config.
+
+    Args:
+        graph: the whole graph (every rank holds a copy).
+        comm: the communicator.
+        config: the run's configuration.
+        quiet: no per-epoch lines.
+    """
+
+    def __init__(
+        self, graph: Graph, comm: Communicator, config: MinibatchConfig, quiet: bool = False
+    ) -> None:
+        super().__init__()
+        self.epochs, self.eval_every, self.quiet = config.epochs, config.eval_every, quiet
+        if graph.x is None:
+            raise DataError(f"{graph.name}: graph has no node features to train on")
+        self.graph, self.comm, self.config = graph, comm, config
+        self.train_nodes = np.flatnonzero(graph.train_mask).astype(np.int64)
+        if self.train_nodes.size == 0:
+            raise DataError(f"{graph.name}: graph has no training nodes")
+        self.sampler = NeighborSampler(graph.indptr, graph.indices, config.fanouts, config.seed)
+        self.x = torch.from_numpy(np.ascontiguousarray(graph.x, dtype=np.float32))
+        self.y = torch.from_numpy(graph.y.astype(np.int64))
+        self.masks = {
+            n: torch.from_numpy(getattr(graph, f"{n}_mask")) for n in ("train", "val", "test")
+        }
+        self.lo, self.hi = row_range(graph.num_nodes, comm.rank, comm.size)
+        self.a_rows = rows_operator(graph.indptr, graph.indices, self.lo, self.hi)
+        torch.manual_seed(config.seed)
+        self.model = GNN(
+            "sage",
+            graph.num_features,
+            config.hidden,
+            graph.num_classes,
+            len(config.fanouts),
+            config.dropout,
+            config.resolved_input_dropout(),
+        )
+        flat = parameter_vector(self.model)
+        load_parameter_vector(self.model, comm.broadcast_(flat, root=0))
+        self.optimizer = Adam(
+            [{"params": self.model.parameters(), "weight_decay": config.weight_decay}],
+            lr=config.lr,
+        )
+
+    # -- one step ----------------------------------------------------------------------------
+    def gradient(self, epoch: int, index: int, batch: np.ndarray) -> tuple[float, EpochStats]:
+        """Forward and backward of global batch ``index``; gradients all-reduced into ``.grad``.
+
+        Args:
+            epoch: the epoch (sampling and dropout key).
+            index: the global batch number within the epoch (sampling and dropout key).
+            batch: the global batch (this rank takes its share).
+
+        Returns:
+            The global mean loss of the batch and this step's timings.
+        """
+        stats = EpochStats()
+        t0 = time.perf_counter()
+        self.model.train()
+        self.optimizer.zero_grad()
+        seeds = rank_share(batch, self.comm.rank, self.comm.size)
+        loss_sum = torch.zeros(())
+        if seeds.size:
+            sb = self.sampler.sample(seeds, epoch=epoch, batch=index)
+            stats.sample_s = time.perf_counter() - t0
+            stats.sampled_edges = sb.num_sampled_edges
+            x_src = self.x.index_select(0, torch.from_numpy(sb.nodes[: sb.blocks[0].num_src]))
+            logits = block_forward(
+                self.model,
+                sb.blocks,
+                x_src,
+                sb.nodes,
+                seed=self.config.seed,
+                stream=epoch * 2**20 + index,
+                training=True,
+            )
+            y = self.y.index_select(0, torch.from_numpy(sb.seeds))
+            loss_sum = F.cross_entropy(logits, y, reduction="sum")
+            (loss_sum / batch.size).backward()
+        r0 = self.comm.wait_s["reduce"]
+        params = list(self.model.parameters())
+        total = reduce_gradients(params, loss_sum, self.comm, epoch, f"batch {index} of epoch")
+        stats.reduce_s = self.comm.wait_s["reduce"] - r0
+        stats.seconds = time.perf_counter() - t0
+        return total / batch.size, stats
+
+    def train_epoch(self, epoch: int) -> EpochStats:
+        """All global batches of ``epoch``: gradient, all-reduce, Adam step."""
+        total = EpochStats()
+        batches = global_batches(self.train_nodes, self.config.batch_size, self.config.seed, epoch)
+        for index, batch in enumerate(batches):
+            loss, s = self.gradient(epoch, index, batch)
+            t0 = time.perf_counter()
+            self.optimizer.step()
+            total.seconds += s.seconds + time.perf_counter() - t0
+            total.loss += loss * batch.size / self.train_nodes.size
+            total.sample_s += s.sample_s
+            total.reduce_s += s.reduce_s
+            total.sampled_edges += s.sampled_edges
+            total.steps += 1
+        return total
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Train / val / test accuracy from layer-wise full-graph inference, over all ranks."""
+        self.model.eval()
+        pred = layerwise_inference(self.model, self.a_rows, self.x, self.comm).argmax(dim=1)
+        rows = slice(self.lo, self.hi)
+        masks = {name: m[rows] for name, m in self.masks.items()}
+        return accuracies(pred, self.y[rows], masks, self.comm)
+
+    def record_extra(self, stats: EpochStats, maxes: dict[str, float]) -> dict[str, Any]:
+        """Sampling time, sampled edges (summed over ranks) and steps."""
+        return {
+            "sample_s": maxes["sample_s"],
+            "sampled_edges": int(maxes["sampled_edges"]),
+            "steps": stats.steps,
+        }

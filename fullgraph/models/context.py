@@ -1,0 +1,37 @@
+"""What every layer of a rank needs besides its input: operator, exchange plan, dropout ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fullgraph.distributed.halo import HaloAggregate, HaloPlan, SplitOperator
+from fullgraph.kernels import CSRMatrix
+
+
+@dataclass
+class GraphContext:
+    """Per-rank data every forward pass needs.
+
+    Attributes:
+        op: the split aggregation operator of the model.
+        plan: the halo exchange plan.
+        global_ids: global id of every inner node, int64 [num_inner] (dropout streams).
+        seed: the run's seed (dropout streams).
+        first_aggregate: precomputed aggregation of the input features, or ``None``.
+        sparse_x: the input features as a CSR matrix when they are sparse (the first layer
+            then drops and multiplies only the stored entries), or ``None``.
+    """
+
+    op: SplitOperator
+    plan: HaloPlan
+    global_ids: np.ndarray
+    seed: int
+    first_aggregate: torch.Tensor | None = None
+    sparse_x: CSRMatrix | None = None
+
+    def aggregate(self, h: torch.Tensor) -> torch.Tensor:
+        """``A_inner @ h + A_halo @ halo(h)``, differentiable, exchange overlapped."""
+        return HaloAggregate.apply(h, self.op, self.plan)

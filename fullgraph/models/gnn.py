@@ -1,0 +1,163 @@
+"""The full-batch model: layers of one kind over a rank's part, exact against one process.
+
+Every layer (:mod:`fullgraph.models.layers`) aggregates with
+:class:`~fullgraph.distributed.halo.HaloAggregate` (halo exchange overlapped with the inner
+aggregation), transforming before it aggregates when that narrows the rows exchanged.
+
+Sparse input features (bag of words) are kept in CSR form when the first layer transforms
+first: dropout and the product then touch only the stored entries.
+
+Dropout precedes every layer (``input_dropout`` before the first, ``dropout`` before the others)
+with masks from :func:`fullgraph.models.dropout.hashed_dropout`. When the first layer has no
+dropout its aggregation of the static features can be computed once (``Â X`` or ``mean(X)``):
+exact, and it removes the widest exchange.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fullgraph.config import check_number, check_probability
+from fullgraph.errors import ConfigError
+from fullgraph.kernels import CSRMatrix
+from fullgraph.models.context import GraphContext
+from fullgraph.models.dropout import ReluDropout, dropout_csr_values, hashed_dropout
+from fullgraph.models.layers import layer_class
+
+
+class GNN(nn.Module):
+    """A stack of ``num_layers`` layers of one kind with ReLU between them.
+
+    Args:
+        kind: a registered layer kind (``gcn``, ``sage``; see :mod:`fullgraph.models.layers`).
+        in_dim: input feature width.
+        hidden: hidden width.
+        out_dim: number of classes.
+        num_layers: layers (>= 1).
+        dropout: drop probability before every layer but the first.
+        input_dropout: drop probability before the first layer.
+
+    Shapes:
+        - input: [num_inner, in_dim] -> logits [num_inner, out_dim]
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        in_dim: int,
+        hidden: int,
+        out_dim: int,
+        num_layers: int,
+        dropout: float,
+        input_dropout: float,
+    ) -> None:
+        super().__init__()
+        layer = layer_class(kind)
+        check_number("--layers", num_layers, low=1, integer=True)
+        check_probability("--dropout", dropout)
+        check_probability("--input-dropout", input_dropout)
+        self.kind = kind
+        self.dropout = dropout
+        self.input_dropout = input_dropout
+        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
+        self.dims = dims
+        self.layers = nn.ModuleList(
+            layer(d_in, d_out) for d_in, d_out in zip(dims[:-1], dims[1:], strict=True)
+        )
+
+    @property
+    def num_layers(self) -> int:
+        """Number of layers."""
+        return len(self.layers)
+
+    def forward(
+        self, x: torch.Tensor, ctx: GraphContext, epoch: int = 0, training: bool = False
+    ) -> torch.Tensor:
+        """Logits of the inner nodes.
+
+        Args:
+            x: input features of the inner nodes.
+            ctx: operators, exchange plan and dropout ids of this rank.
+            epoch: the epoch (selects the dropout masks).
+            training: apply dropout.
+
+        Returns:
+            float [num_inner, out_dim].
+        """
+        h: torch.Tensor | CSRMatrix = x
+        for i, layer in enumerate(self.layers):
+            p = self.input_dropout if i == 0 else self.dropout
+            precomputed = ctx.first_aggregate if i == 0 else None
+            if precomputed is not None and training and p > 0:
+                raise ConfigError(
+                    "the first aggregation is precomputed, so input dropout must be 0"
+                )
+            if i == 0 and precomputed is None and ctx.sparse_x is not None:
+                h = _sparse_input(ctx, p if training else 0.0, epoch, x.shape[1])
+            elif i == 0 and training and p > 0:
+                h = hashed_dropout(h, ctx.global_ids, p, ctx.seed, epoch, i)
+            h = layer(h, ctx, precomputed)
+            if i < self.num_layers - 1:
+                if training and self.dropout > 0:  # the next layer's dropout, fused
+                    h = ReluDropout.apply(h, ctx.global_ids, self.dropout, ctx.seed, epoch, i + 1)
+                else:
+                    h = F.relu(h)
+        return h
+
+
+def _sparse_input(ctx: GraphContext, p: float, epoch: int, width: int) -> CSRMatrix:
+    """The sparse input features after dropout (the dense masks at the stored entries)."""
+    sx = ctx.sparse_x
+    if p <= 0.0:
+        return sx
+    vals = dropout_csr_values(
+        sx.indptr.numpy(),
+        sx.indices.numpy(),
+        sx.values.numpy(),
+        ctx.global_ids,
+        width,
+        p,
+        ctx.seed,
+        epoch,
+        0,
+    )
+    return sx.with_values(torch.from_numpy(vals))
+
+
+def sparse_features(x: torch.Tensor) -> CSRMatrix:
+    """``x`` as a CSR matrix (stored entries = non-zeros), for sparse bag-of-words inputs."""
+    m = sp.csr_matrix(x.numpy())
+    return CSRMatrix(
+        torch.from_numpy(m.indptr.astype(np.int64)),
+        torch.from_numpy(m.indices.astype(np.int64)),
+        torch.from_numpy(m.data.astype(np.float32)),
+        num_cols=x.shape[1],
+    )
+
+
+def precompute_first_aggregate(x: torch.Tensor, ctx: GraphContext) -> torch.Tensor:
+    """``Â X`` (or the neighbour mean of ``X``) over this rank's rows, computed once.
+
+    Exchanges the halo feature rows one time; afterwards the first layer needs no exchange.
+    """
+    with torch.no_grad():
+        return ctx.aggregate(x)
+
+
+def parameter_vector(model: nn.Module) -> torch.Tensor:
+    """All parameters flattened into one float32 vector (a copy)."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def load_parameter_vector(model: nn.Module, flat: torch.Tensor) -> None:
+    """Copy ``flat`` (from :func:`parameter_vector`) into the model's parameters."""
+    offset = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            n = p.numel()
+            p.copy_(flat[offset : offset + n].view_as(p))
+            offset += n

@@ -1,0 +1,161 @@
+"""Per-rank assembly: from a part on disk (or a whole graph) to what the model runs on.
+
+:func:`assemble_rank` builds, complete and once, everything one rank of a full-batch run needs:
+feature, label and mask tensors on the device, the aggregation operator of the model's layer kind
+split into inner and halo columns, the halo exchange plan (with its buffer limit and halo
+compression), the precomputed first aggregation and the sparse form of the input when they
+apply. The trainer only reads the result.
+
+The part can be one of a job's parts (:class:`fullgraph.partition.Partition`) or a whole graph
+(:func:`fullgraph.partition.whole_graph_part`): one process runs the very code the ranks run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fullgraph.distributed.communicator import Communicator
+from fullgraph.distributed.compression import HaloCompression
+from fullgraph.distributed.halo import HaloPlan, SplitOperator
+from fullgraph.kernels import CSRMatrix
+from fullgraph.models.context import GraphContext
+from fullgraph.models.gnn import precompute_first_aggregate, sparse_features
+from fullgraph.models.layers import layer_class
+from fullgraph.training.config import TrainConfig
+
+
+def as_tensor(a: Any, dtype: type[np.generic]) -> torch.Tensor:
+    """``a`` as a CPU tensor of ``dtype``, sharing its memory when ``a`` is a writable,
+    contiguous in-memory array of that dtype, else a copy (read-only memory maps are copied,
+    so nothing writes through to a part file)."""
+    arr = np.asarray(a)
+    if arr.dtype == dtype and arr.flags.writeable and arr.flags.c_contiguous:
+        return torch.from_numpy(arr)
+    return torch.from_numpy(np.array(arr, dtype=dtype))
+
+
+def part_tensors(part: Any) -> dict[str, torch.Tensor]:
+    """Features, labels and masks of the inner nodes as torch tensors.
+
+    They share the part's arrays when those are in memory (``load_partition(mmap=False)``, a
+    whole graph), and copy them out of read-only memory maps.
+    """
+    return {
+        "x": as_tensor(part.x, np.float32),
+        "y": as_tensor(part.y, np.int64),
+        "train": as_tensor(part.train_mask, np.bool_),
+        "val": as_tensor(part.val_mask, np.bool_),
+        "test": as_tensor(part.test_mask, np.bool_),
+    }
+
+
+def _split_columns(a: CSRMatrix, num_inner: int) -> SplitOperator:
+    """Split ``a`` (rows = inner, columns = inner + halo) into its inner and halo blocks.
+
+    Both blocks keep every row's entries in ascending column order.
+    """
+    a = a.sorted_by_column()
+    index_dtype = torch.int32 if a.num_cols < 2**31 else torch.int64
+    inner = a.select_columns(torch.arange(num_inner)).with_indices(index_dtype)
+    if a.num_cols == num_inner:
+        return SplitOperator(inner, None)
+    halo = a.select_columns(torch.arange(num_inner, a.num_cols)).with_indices(index_dtype)
+    return SplitOperator(inner, halo)
+
+
+def build_operator(part: Any, model: str) -> SplitOperator:
+    """The aggregation operator of layer kind ``model`` on this rank's rows, split inner / halo.
+
+    Args:
+        part: a partition (one of a job's parts, or a whole graph).
+        model: a layer kind (``gcn``: ``D^-1/2 (A + I) D^-1/2`` with GLOBAL degrees;
+            ``sage``: the mean over incoming neighbours).
+
+    Returns:
+        The :class:`~fullgraph.distributed.halo.SplitOperator`, rows = inner nodes.
+    """
+    ni, nh = int(part.num_inner), int(part.num_halo)
+    base = CSRMatrix(
+        as_tensor(part.indptr, np.int64), as_tensor(part.indices, np.int64), None, ni + nh
+    )
+    a = layer_class(model).operator(base, as_tensor(part.in_degree, np.int64), ni)
+    return _split_columns(a, ni)
+
+
+@dataclass
+class RankGraph:
+    """What one rank trains on, built by :func:`assemble_rank`.
+
+    Attributes:
+        data: ``x``, ``y``, ``train``, ``val``, ``test`` of the inner nodes, on the device.
+        ctx: operator, halo plan, dropout ids, precomputed first aggregation, sparse input.
+        num_train_global: training nodes of the whole graph (the loss divisor).
+    """
+
+    data: dict[str, torch.Tensor]
+    ctx: GraphContext
+    num_train_global: int
+
+
+def _normalize_rows(x: torch.Tensor, comm: Communicator) -> torch.Tensor:
+    """PyG ``NormalizeFeatures``: subtract the global minimum, divide rows by their sum."""
+    local_min = x.min() if x.numel() else torch.tensor(float("inf"))
+    neg = torch.tensor([-float(local_min)], dtype=torch.float64)
+    global_min = -float(comm.allreduce_(neg, "max", tag="setup")[0])
+    x = x - global_min
+    return x / x.sum(dim=1, keepdim=True).clamp(min=1.0)
+
+
+def assemble_rank(part: Any, comm: Communicator, config: TrainConfig) -> RankGraph:
+    """Build everything rank ``comm.rank`` trains on (a collective: every rank calls it).
+
+    Args:
+        part: this rank's part.
+        comm: the communicator.
+        config: the run's configuration (layer kind, widths, dropout, compression, device).
+
+    Returns:
+        The :class:`RankGraph`.
+    """
+    device = torch.device(config.device)
+    data = part_tensors(part)
+    if config.normalize_features:
+        data["x"] = _normalize_rows(data["x"], comm)
+    data = {k: v.to(device) for k, v in data.items()}
+    op = build_operator(part, config.model)
+    compression = None
+    if config.compressed:
+        compression = HaloCompression(
+            config.compress_fwd,
+            config.compress_bwd,
+            seed=config.seed,
+            rank=comm.rank,
+            error_feedback=config.error_feedback,
+        )
+    plan = HaloPlan.from_partition(
+        part,
+        comm,
+        buffer_bytes=int(config.exchange_buffer_mb * 2**20),
+        compression=compression,
+    )
+    ctx = GraphContext(
+        op=SplitOperator(op.inner.to(device), None if op.halo is None else op.halo.to(device)),
+        plan=plan,
+        global_ids=np.asarray(part.global_ids[: part.num_inner], dtype=np.int64),
+        seed=config.seed,
+    )
+    pre = config.precompute_first
+    if pre == "on" or (pre == "auto" and config.resolved_input_dropout() == 0):
+        ctx.first_aggregate = precompute_first_aggregate(data["x"], ctx)
+    x = data["x"]
+    stats = torch.tensor([float((x != 0).sum()), float(x.numel())], dtype=torch.float64)
+    nnz, total = comm.allreduce_(stats, "sum", tag="setup").tolist()
+    first_out = config.hidden if config.layers > 1 else int(part.num_classes)
+    sparse_ok = device.type == "cpu" and ctx.first_aggregate is None
+    if sparse_ok and first_out <= int(part.num_features) and nnz < 0.1 * total:
+        ctx.sparse_x = sparse_features(x)
+    return RankGraph(data=data, ctx=ctx, num_train_global=int(part.num_train_global))

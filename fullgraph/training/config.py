@@ -1,0 +1,141 @@
+"""What defines a full-batch training run, and where its data comes from.
+
+:class:`TrainConfig` is the experiment (model, optimiser, epochs, halo compression): the fields
+a resumed run must share with its checkpoint. :class:`TrainData` says what a rank trains on. Run
+I/O (log, checkpoint, resume) and runtime (transport, threads, timeout) live in
+:mod:`fullgraph.training.job`, shared with the mini-batch baseline. Every field carries its
+default, help and check; ``fullgraph train``'s options are generated from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fullgraph.config import (
+    NON_NEGATIVE,
+    OPTIONAL_PROBABILITY,
+    POSITIVE,
+    POSITIVE_INT,
+    PROBABILITY,
+    SEED,
+    Config,
+    check_path,
+    option,
+)
+from fullgraph.distributed.compression import CODECS
+from fullgraph.errors import ConfigError
+from fullgraph.models.layers import layer_kinds
+
+
+class InputDropoutConfig:
+    """Methods shared by the run configurations that hold ``dropout`` and ``input_dropout``."""
+
+    dropout: float
+    input_dropout: float | None
+
+    def resolved_input_dropout(self) -> float:
+        """Input dropout, defaulting to :attr:`dropout`."""
+        return self.dropout if self.input_dropout is None else self.input_dropout
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict with ``input_dropout`` resolved, for logs and ``config.json``."""
+        d = Config.to_dict(self)  # type: ignore[arg-type]
+        d["input_dropout"] = self.resolved_input_dropout()
+        return d
+
+
+_CODEC_HELP = (
+    "fp16/bf16 casts, intN = per-row min/scale with stochastic rounding, packed; none = float32"
+)
+
+
+@dataclass
+class TrainConfig(InputDropoutConfig, Config):
+    """The experiment of a full-batch run (saved in ``config.json`` and the checkpoint)."""
+
+    model: str = option("gcn", "layer kind", choices=layer_kinds())
+    layers: int = option(2, "number of layers", check=POSITIVE_INT)
+    hidden: int = option(16, "hidden width", check=POSITIVE_INT)
+    dropout: float = option(0.5, "dropout before hidden layers", check=PROBABILITY)
+    input_dropout: float | None = option(
+        None, "dropout of the input (default --dropout)", check=OPTIONAL_PROBABILITY
+    )
+    lr: float = option(0.01, "Adam learning rate", check=POSITIVE)
+    weight_decay: float = option(5e-4, "L2 penalty", check=NON_NEGATIVE)
+    weight_decay_scope: str = option(
+        "first",
+        "apply weight decay to the first layer only (PyG/Kipf GCN, default) or all layers",
+        choices=("first", "all"),
+    )
+    epochs: int = option(200, "epochs", check=POSITIVE_INT)
+    seed: int = option(0, "seed of initial weights and dropout", check=SEED)
+    normalize_features: bool = option(
+        False, "row-normalise features as PyG's NormalizeFeatures (standard for Planetoid)"
+    )
+    precompute_first: str = option(
+        "auto",
+        "aggregate the input features once (exact; auto = when input dropout is 0)",
+        choices=("auto", "on", "off"),
+    )
+    exchange_buffer_mb: float = option(
+        256.0,
+        "largest halo send/receive buffer; a wider uncompressed exchange goes in slices of every "
+        "peer's rows, at most two in flight (less memory, some time per slice; default 256)",
+        check=POSITIVE,
+        metavar="MB",
+    )
+    compress_fwd: str = option(
+        "none", f"codec of forward halo activations: {_CODEC_HELP}", choices=CODECS
+    )
+    compress_bwd: str = option(
+        "none", "codec of backward halo gradients (same choices; default none)", choices=CODECS
+    )
+    error_feedback: bool = option(
+        False, "add each sent row's last quantization residual before quantizing it again"
+    )
+    eval_every: int = option(1, "evaluate every N epochs", check=POSITIVE_INT)
+    device: str = option("cpu", "where tensors live: cpu or cuda", cli=False)
+    extra: dict = option({}, "free-form notes kept with the config", cli=False)
+
+    def check(self) -> None:
+        """Rules between fields."""
+        if self.error_feedback and self.compress_fwd == self.compress_bwd == "none":
+            raise ConfigError(
+                "--error-feedback needs --compress-fwd or --compress-bwd other than none"
+            )
+        if self.precompute_first == "on" and self.resolved_input_dropout() > 0:
+            raise ConfigError("--precompute-first on needs --input-dropout 0")
+
+    @property
+    def compressed(self) -> bool:
+        """Whether training exchanges are compressed in either direction."""
+        return self.compress_fwd != "none" or self.compress_bwd != "none"
+
+
+@dataclass
+class TrainData(Config):
+    """What ``fullgraph train`` trains on: parts (P ranks) or a whole graph (one process)."""
+
+    parts: str | None = option(None, "partition directory written by `fullgraph partition`")
+    dataset: str | None = option(None, "dataset name, trained whole in one process")
+    root: str | None = option(None, "dataset root directory for --dataset")
+    synthetic: str | None = option(
+        None, "train on a generated graph (tiny, arxiv, ...)", metavar="PRESET"
+    )
+    no_verify: bool = option(False, "skip part checksum verification")
+
+    def check(self) -> None:
+        """Exactly one source; ``--dataset`` with ``--root``; no empty values."""
+        for name in ("parts", "dataset", "root", "synthetic"):
+            check_path(f"--{name}", getattr(self, name))
+        sources = [s for s in ("parts", "dataset", "synthetic") if getattr(self, s) is not None]
+        if len(sources) != 1:
+            raise ConfigError("give exactly one of --parts, --dataset (with --root), --synthetic")
+        if self.dataset and not self.root:
+            raise ConfigError("--dataset needs --root (the dataset root directory)")
+
+    @property
+    def label(self) -> str:
+        """How the run names its data in ``config.json``."""
+        return self.parts or self.dataset or f"synthetic:{self.synthetic}"

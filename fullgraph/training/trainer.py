@@ -1,0 +1,274 @@
+"""The full-batch trainer of one rank: its step, its evaluation, its checkpoints.
+
+All ranks run the same loop (:class:`~fullgraph.training.epochs.EpochLoop`) on their own part.
+The loss is the sum over this rank's training nodes divided by the GLOBAL number of training
+nodes, so summing the ranks' gradients (one all-reduce per step) gives exactly the full-graph
+gradient; parameters start identical (same seed, then a broadcast from rank 0) and therefore
+stay identical.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fullgraph.distributed.communicator import Communicator
+from fullgraph.errors import ConfigError, mark_replicated
+from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
+from fullgraph.training.assembly import assemble_rank
+from fullgraph.training.checkpoint import CheckpointDir
+from fullgraph.training.config import TrainConfig
+from fullgraph.training.epochs import (
+    EpochLoop,
+    EpochStats,
+    accuracies,
+    check_finite,
+    reduce_gradients,
+)
+from fullgraph.training.job import RunOptions
+from fullgraph.training.log import injected_failure_epoch
+from fullgraph.training.optim import Adam
+
+__all__ = ["StepResult", "TrainConfig", "Trainer", "check_finite"]
+
+
+@dataclass
+class StepResult:
+    """One optimisation step: global loss, timings (this rank) and the training logits.
+
+    ``codec_s`` is the time spent encoding and decoding compressed halo rows (part of the
+    compute time).
+    """
+
+    loss: float
+    seconds: float
+    comm_s: float
+    reduce_s: float
+    logits: torch.Tensor
+    codec_s: float = 0.0
+
+
+class Trainer(EpochLoop):
+    """Trains one rank's part; every rank of the job builds one with the same config.
+
+    Args:
+        part: this rank's ``Partition`` (one process: ``whole_graph_part(graph)``).
+        comm: the communicator (its size must equal ``part.num_parts``).
+        config: the experiment.
+        run: the run's I/O (checkpoints, quiet); default: none.
+        checkpoints: the checkpoint directory, already opened (locked) by the command line;
+            by default one is made from ``run.checkpoint`` (not locked).
+    """
+
+    def __init__(
+        self,
+        part: Any,
+        comm: Communicator,
+        config: TrainConfig,
+        run: RunOptions | None = None,
+        checkpoints: CheckpointDir | None = None,
+    ) -> None:
+        super().__init__()
+        if comm.size != part.num_parts or comm.rank != part.rank:
+            raise ConfigError(
+                f"rank {comm.rank} of {comm.size} cannot train part {part.rank} of "
+                f"{part.num_parts} parts"
+            )
+        self.device = torch.device(config.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(
+                f"--device {config.device}, but torch {torch.__version__} sees no CUDA device"
+            )
+        if comm.transport == "mpi" and self.device.type != "cpu":
+            raise ConfigError("transport mpi exchanges host buffers: use --device cpu (or nccl)")
+        self.part, self.comm, self.config = part, comm, config
+        self.run = run or RunOptions()
+        self.epochs, self.eval_every, self.quiet = config.epochs, config.eval_every, self.run.quiet
+        rank_graph = assemble_rank(part, comm, config)
+        self.data, self.ctx = rank_graph.data, rank_graph.ctx
+        self.num_train_global = rank_graph.num_train_global
+        self.model = self._build_model(part)
+        first = list(self.model.layers[0].parameters())
+        first_ids = {id(p) for p in first}
+        rest = [p for p in self.model.parameters() if id(p) not in first_ids]
+        wd_rest = config.weight_decay if config.weight_decay_scope == "all" else 0.0
+        self.optimizer = Adam(
+            [
+                {"params": first, "weight_decay": config.weight_decay},
+                {"params": rest, "weight_decay": wd_rest},
+            ],
+            lr=config.lr,
+        )
+        self.checkpoints = checkpoints
+        if checkpoints is None and self.run.checkpoint:
+            self.checkpoints = CheckpointDir(
+                self.run.checkpoint, comm.rank, resume=self.run.resume, force=self.run.force
+            )
+        self._fail_at = injected_failure_epoch(comm.rank)
+
+    def _build_model(self, part: Any) -> GNN:
+        """The model, seeded, with rank 0's initial parameters broadcast to every rank."""
+        cfg = self.config
+        torch.manual_seed(cfg.seed)
+        model = GNN(
+            cfg.model,
+            int(part.num_features),
+            cfg.hidden,
+            int(part.num_classes),
+            cfg.layers,
+            cfg.dropout,
+            cfg.resolved_input_dropout(),
+        )
+        model = model.to(self.device)
+        flat = parameter_vector(model)
+        load_parameter_vector(model, self.comm.broadcast_(flat, root=0))
+        return model
+
+    def resolved_config(self) -> dict[str, Any]:
+        """The experiment and run I/O in one dict (``config.json``, checkpoints)."""
+        return {**self.config.to_dict(), **self.run.to_dict()}
+
+    # -- one step ----------------------------------------------------------------------------
+    def train_step(self, epoch: int) -> StepResult:
+        """Forward with dropout, backward, all-reduce the gradients (and loss), Adam step."""
+        halo0, red0 = self.comm.wait_s["halo"], self.comm.wait_s["reduce"]
+        compression = self.ctx.plan.compression
+        codec0 = compression.codec_s if compression is not None else 0.0
+        t0 = time.perf_counter()
+        self.model.train()
+        self.optimizer.zero_grad()
+        with self.ctx.plan.training_step(epoch):
+            logits = self.model(self.data["x"], self.ctx, epoch=epoch, training=True)
+            mask = self.data["train"]
+            loss = F.cross_entropy(logits[mask], self.data["y"][mask], reduction="sum")
+            loss = loss / self.num_train_global
+            loss.backward()
+        global_loss = reduce_gradients(
+            list(self.model.parameters()), loss, self.comm, epoch, "epoch"
+        )
+        self.optimizer.step()
+        return StepResult(
+            loss=global_loss,
+            seconds=time.perf_counter() - t0,
+            comm_s=self.comm.wait_s["halo"] - halo0,
+            reduce_s=self.comm.wait_s["reduce"] - red0,
+            logits=logits.detach(),
+            codec_s=(compression.codec_s - codec0) if compression is not None else 0.0,
+        )
+
+    def train_epoch(self, epoch: int) -> EpochStats:
+        """One full-batch step (an epoch is one step)."""
+        step = self.train_step(epoch)
+        return EpochStats(
+            loss=step.loss,
+            seconds=step.seconds,
+            comm_s=step.comm_s,
+            reduce_s=step.reduce_s,
+            codec_s=step.codec_s,
+            steps=1,
+        )
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Train / val / test accuracy of the current model (no dropout), over all ranks."""
+        self.model.eval()
+        pred = self.model(self.data["x"], self.ctx, training=False).argmax(dim=1)
+        return accuracies(pred, self.data["y"], self.data, self.comm)
+
+    def gather_logits(self, logits: torch.Tensor) -> np.ndarray | None:
+        """All ranks' logits in global node order (rank 0 gets them, others ``None``)."""
+        pieces = self.comm.allgather_object((self.ctx.global_ids, logits.cpu().numpy()))
+        if self.comm.rank != 0:
+            return None
+        n = sum(len(g) for g, _ in pieces)
+        out = np.empty((n, logits.shape[1]), dtype=np.float32)
+        for gids, rows in pieces:
+            out[gids] = rows
+        return out
+
+    # -- the loop's hooks --------------------------------------------------------------------
+    def before_epoch(self, epoch: int) -> None:
+        """Raise the injected failure of ``FULLGRAPH_FAIL_AT`` (tests of the abort path)."""
+        if self._fail_at == epoch:
+            raise RuntimeError(f"injected failure (FULLGRAPH_FAIL_AT) at epoch {epoch}")
+
+    def after_epoch(self, epoch: int) -> None:
+        """Checkpoint every ``checkpoint_every`` epochs and at the last one."""
+        run = self.run
+        if run.checkpoint and (epoch % run.checkpoint_every == 0 or epoch == self.epochs):
+            self._checkpoint(epoch)
+
+    def record_extra(self, stats: EpochStats, maxes: dict[str, float]) -> dict[str, Any]:
+        """Codec time and the compression settings."""
+        cfg = self.config
+        return {
+            "codec_s": maxes["codec_s"],
+            "compress_fwd": cfg.compress_fwd,
+            "compress_bwd": cfg.compress_bwd,
+            "error_feedback": cfg.error_feedback,
+        }
+
+    def final_extra(self) -> dict[str, Any]:
+        """The compression settings."""
+        cfg = self.config
+        return {
+            "compress_fwd": cfg.compress_fwd,
+            "compress_bwd": cfg.compress_bwd,
+            "error_feedback": cfg.error_feedback,
+        }
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def resume(self) -> None:
+        """Restore model, optimiser, RNG and history from the checkpoint directory.
+
+        Raises:
+            ConfigError: no usable checkpoint (missing, corrupted, another run's, or at an
+                epoch that leaves nothing to train); raised alike by every rank.
+        """
+        if self.checkpoints is None:
+            raise ConfigError("--resume needs --checkpoint DIR")
+        try:
+            state = self.checkpoints.load(self.resolved_config(), self.part.partition_hash)
+        except ConfigError as exc:
+            raise mark_replicated(exc) from None
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        self.history = state["history"]
+        self.start_epoch = int(state["epoch"]) + 1
+        compression = self.ctx.plan.compression
+        if compression is not None and compression.error_feedback:
+            mine = self.checkpoints.load_rank_state(int(state["epoch"]))
+            compression.residuals = {
+                (int(k[0]), int(k[1])): v for k, v in mine["residuals"].items()
+            }
+
+    def _checkpoint(self, epoch: int) -> None:
+        """Write the checkpoint of ``epoch`` (every rank calls this, at the same epoch)."""
+        compression = self.ctx.plan.compression
+        per_rank = compression is not None and compression.error_feedback
+        ckpt = self.checkpoints
+        assert ckpt is not None
+        if per_rank:  # residuals first: checkpoint.pt must never name an epoch without them
+            ckpt.save_rank_state(epoch, {"residuals": dict(compression.residuals)})
+            self.comm.barrier()
+        if self.comm.rank == 0:
+            ckpt.save(
+                {
+                    "model": self.model.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "epoch": epoch,
+                    "rng": torch.get_rng_state(),
+                    "config": self.resolved_config(),
+                    "partition_hash": self.part.partition_hash,
+                    "history": self.history,
+                },
+            )
+        if per_rank:
+            self.comm.barrier()  # checkpoint.pt now names this epoch: older residuals can go
+            ckpt.remove_rank_states(keep_epoch=epoch)

@@ -1,0 +1,131 @@
+"""Mini-batch training across processes: P=2 gradients equal P=1, the CLI, and Cora accuracy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mp_utils import run_mpi
+
+from fullgraph.datasets.ogb_writer import write_ogb
+from fullgraph.datasets.synthetic import generate
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+
+GRADIENT_SCRIPT = """
+import sys
+import numpy as np
+import torch
+from fullgraph.distributed import create_communicator
+from fullgraph.datasets import load
+from fullgraph.distributed.launch import detect_launch
+from fullgraph.minibatch.trainer import MinibatchConfig, MinibatchTrainer
+from fullgraph.minibatch.sampler import global_batches
+
+root, out, transport = sys.argv[1:4]
+torch.set_num_threads(1)
+graph = load("synth-tiny", root)
+comm = create_communicator(transport, detect_launch(), timeout_s=60)
+cfg = MinibatchConfig(fanouts=[5, 3], batch_size=256, hidden=16, dropout=0.5, seed=3)
+trainer = MinibatchTrainer(graph, comm, cfg)
+batch = global_batches(trainer.train_nodes, cfg.batch_size, cfg.seed, 1)[0]
+loss, _ = trainer.gradient(1, 0, batch)
+flat = torch.cat([p.grad.reshape(-1) for p in trainer.model.parameters()])
+if comm.rank == 0:
+    np.save(out, np.append(flat.numpy().astype(np.float64), loss))
+comm.barrier()
+comm.close()
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("minibatch-data")
+    write_ogb(generate("tiny", seed=1), root, "synth-tiny")
+    return root
+
+
+def run(cmd: list[str], timeout: float = 150) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "fullgraph.cli", "minibatch", *args]
+
+
+@pytest.fixture(scope="module")
+def gradient_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    script = tmp_path_factory.mktemp("minibatch-script") / "grad.py"
+    script.write_text(GRADIENT_SCRIPT)
+    return script
+
+
+@pytest.fixture(scope="module")
+def one_rank_gradient(tiny_root, gradient_script) -> np.ndarray:
+    out = gradient_script.parent / "p1.npy"
+    r = run([sys.executable, str(gradient_script), str(tiny_root), str(out), "local"])
+    assert r.returncode == 0, r.stderr
+    return np.load(out)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("transport", ["mpi", "gloo"])
+def test_two_ranks_give_the_first_step_gradient_of_one(
+    tiny_root, gradient_script, one_rank_gradient, tmp_path, transport
+) -> None:
+    two = tmp_path / "p2.npy"
+    run_mpi(2, [str(gradient_script), str(tiny_root), str(two), transport], 200)
+    g1, g2 = one_rank_gradient, np.load(two)
+    assert np.abs(g1[:-1]).max() > 0
+    np.testing.assert_allclose(g2, g1, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.timeout(240)
+def test_cli_two_ranks_writes_the_train_fields(tiny_root, tmp_path) -> None:
+    log = tmp_path / "log.jsonl"
+    args = ["--dataset", "synth-tiny", "--root", str(tiny_root), "--fanouts", "5,5"]
+    args += ["--batch-size", "256", "--hidden", "32", "--epochs", "2", "--lr", "0.01"]
+    r = run_mpi(2, cli(*args, "--log-json", str(log), "--threads", "1")[1:], 200)
+    assert r.stdout.count("epoch ") >= 2 and "final: best val" in r.stdout
+    lines = [json.loads(s) for s in log.read_text().splitlines()]
+    assert [rec["epoch"] for rec in lines[:-1]] == [1, 2]
+    for rec in lines[:-1]:
+        for key in ("loss", "train_acc", "val_acc", "test_acc", "epoch_s", "compute_s"):
+            assert isinstance(rec[key], float), key
+        assert rec["comm_bytes"] > 0 and rec["peak_rss_mb"] > 0 and rec["sampled_edges"] > 0
+    final = lines[-1]
+    assert final["final"] and final["ranks"] == 2 and final["transport"] == "mpi"
+    assert final["test_acc"] > 0.3 and final["median_epoch_s"] > 0
+    resolved = json.loads((tmp_path / "log.config.json").read_text())
+    assert resolved["config"]["fanouts"] == [5, 5] and resolved["ranks"] == 2
+
+
+@pytest.mark.timeout(120)
+def test_cli_rejects_bad_input_with_one_line(tiny_root) -> None:
+    r = run(cli("--dataset", "synth-tiny", "--root", str(tiny_root), "--fanouts", "5,x"))
+    assert r.returncode == 2
+    assert (
+        r.stderr.strip()
+        == "fullgraph minibatch: error: --fanouts must be comma-separated integers, got '5,x'"
+    )
+    r = run(cli("--dataset", "synth-tiny", "--root", str(tiny_root), "--fanouts", "5,0"))
+    assert r.returncode == 2 and "positive counts" in r.stderr
+    r = run(cli("--dataset", "nope", "--root", str(tiny_root)))
+    assert r.returncode == 2 and "unknown dataset 'nope'" in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_cora_reaches_78_percent(tmp_path, shared_dataset) -> None:
+    log = tmp_path / "cora.jsonl"
+    args = ["--dataset", "cora", "--root", str(shared_dataset("cora")), "--fanouts", "10,10"]
+    args += ["--batch-size", "32", "--hidden", "64", "--lr", "0.01", "--weight-decay", "5e-4"]
+    r = run(cli(*args, "--epochs", "8", "--dropout", "0.5", "--log-json", str(log), "--quiet"))
+    assert r.returncode == 0, r.stderr
+    final = json.loads(log.read_text().splitlines()[-1])
+    assert final["test_acc"] >= 0.78, final

@@ -1,0 +1,332 @@
+"""Faults and bad input of ``fullgraph train`` and ``fullgraph minibatch``, one test per class.
+
+Every case must end clean: one line naming the problem, exit status 2 for bad input (3 for a
+diverged run), nothing overwritten, nothing left behind. Classes:
+
+- numeric options out of range or not finite, refused before any work;
+- outputs holding an earlier run's result (checkpoint, log) refused unless ``--force`` /
+  ``--resume``, and a checkpoint directory in use by another run;
+- outputs of the wrong kind or in places that cannot be written;
+- corrupted or unusable checkpoints on ``--resume``;
+- a non-finite loss: training stops, the last good checkpoint is kept;
+- debris: temporaries of killed writers removed, SIGTERM cleaned up like SIGINT;
+- errors every rank raises alike are printed once, by rank 0 (through ``mpirun``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mp_utils import mpi_command, one_thread, run_mpi
+
+from fullgraph.cli import main as cli_main
+from fullgraph.datasets.ogb_writer import write_ogb
+from fullgraph.datasets.synthetic import generate
+from fullgraph.training.checkpoint import CheckpointDir, read_checkpoint_file
+
+TRAIN = ["train", "--synthetic", "tiny", "--threads", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("faults-data")
+    write_ogb(generate("tiny", seed=0), root, "tiny")
+    return root
+
+
+def _tree(path: Path) -> dict[str, str]:
+    """Every file under ``path`` (hidden ones too) with its sha256: to prove nothing changed."""
+    if not path.exists():
+        return {}
+    files = [p for p in sorted(path.rglob("*")) if p.is_file()] if path.is_dir() else [path]
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def _one_error_line(err: str, code: int, got: int, *needles: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert got == code, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("fullgraph "), err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def _cli(args: list[str], capsys) -> tuple[int, str]:
+    with one_thread():
+        code = cli_main(args)
+    return code, capsys.readouterr().err
+
+
+BAD_OPTIONS = [
+    ("--lr", "nan"),
+    ("--lr", "inf"),
+    ("--lr", "0"),
+    ("--lr", "-0.001"),
+    ("--weight-decay", "nan"),
+    ("--weight-decay", "-5"),
+    ("--dropout", "1"),
+    ("--dropout", "-0.1"),
+    ("--input-dropout", "nan"),
+    ("--timeout", "nan"),
+    ("--timeout", "0"),
+    ("--timeout", "-3"),
+    ("--timeout", "inf"),
+    ("--epochs", "0"),
+    ("--seed", "-1"),
+]
+
+
+@pytest.mark.parametrize("command", ["train", "minibatch"])
+@pytest.mark.parametrize(("option", "value"), BAD_OPTIONS)
+def test_numeric_options_out_of_range_are_refused_before_work(
+    command: str, option: str, value: str, tiny_root: Path, tmp_path: Path, capsys
+) -> None:
+    log = tmp_path / "run.jsonl"
+    source = ["--synthetic", "tiny"] if command == "train" else ["--dataset", "tiny"]
+    source += [] if command == "train" else ["--root", str(tiny_root)]
+    code, err = _cli([command, *source, f"{option}={value}", "--log-json", str(log)], capsys)
+    _one_error_line(err, 2, code, option, value)
+    assert list(tmp_path.iterdir()) == []  # no log, no config file
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--threads", "0"], "--threads"),
+        (["--exchange-buffer-mb", "nan"], "--exchange-buffer-mb"),
+        (["--hidden", "0"], "--hidden"),
+        (["--checkpoint-every", "0"], "--checkpoint-every"),
+        (["--resume", "--force", "--checkpoint", "x"], "give one"),
+    ],
+)
+def test_train_only_options_are_refused(args: list[str], needle: str, capsys) -> None:
+    code, err = _cli([*TRAIN, *args], capsys)
+    _one_error_line(err, 2, code, needle)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(["--batch-size", "0"], "--batch-size"), (["--fanouts", "5,-2"], "fanouts")],
+)
+def test_minibatch_only_options_are_refused(
+    args: list[str], needle: str, tiny_root: Path, capsys
+) -> None:
+    code, err = _cli(["minibatch", "--dataset", "tiny", "--root", str(tiny_root), *args], capsys)
+    _one_error_line(err, 2, code, needle)
+
+
+def test_outputs_of_an_earlier_run_are_kept(tiny_root: Path, tmp_path: Path, capsys) -> None:
+    ckpt, log = tmp_path / "ckpt", tmp_path / "run.jsonl"
+    outputs = ["--checkpoint", str(ckpt), "--log-json", str(log)]
+    code, err = _cli([*TRAIN, "--epochs", "3", *outputs], capsys)
+    assert code == 0, err
+    before = {**_tree(ckpt), **_tree(log), **_tree(tmp_path / "run.config.json")}
+    assert read_checkpoint_file(ckpt / "checkpoint.pt")["epoch"] == 3
+
+    # a fresh run on the same checkpoint or log: refused, nothing touched
+    code, err = _cli([*TRAIN, "--epochs", "2", "--checkpoint", str(ckpt)], capsys)
+    _one_error_line(err, 2, code, "holds the checkpoint of epoch 3", "--resume", "--force")
+    code, err = _cli([*TRAIN, "--epochs", "2", "--log-json", str(log)], capsys)
+    _one_error_line(err, 2, code, "already exists", "--force")
+    mini_log = ["--log-json", str(log), "--epochs", "1"]
+    code, err = _cli(
+        ["minibatch", "--dataset", "tiny", "--root", str(tiny_root), *mini_log], capsys
+    )
+    _one_error_line(err, 2, code, "already exists")
+    # --resume with nothing left to train: refused
+    code, err = _cli([*TRAIN, "--epochs", "2", *outputs, "--resume"], capsys)
+    _one_error_line(err, 2, code, "at epoch 3", "--epochs 2")
+    after = {**_tree(ckpt), **_tree(log), **_tree(tmp_path / "run.config.json")}
+    assert after == before
+
+    # another run holding the directory: refused at once
+    holder = CheckpointDir(ckpt, 0, resume=True)
+    holder.open()
+    try:
+        code, err = _cli([*TRAIN, "--epochs", "5", *outputs, "--resume"], capsys)
+        _one_error_line(err, 2, code, "in use by another run", f"pid {os.getpid()}")
+    finally:
+        holder.close()
+    assert {**_tree(ckpt), **_tree(log), **_tree(tmp_path / "run.config.json")} == before
+
+    # --resume continues; --force starts over
+    code, err = _cli([*TRAIN, "--epochs", "5", *outputs, "--resume"], capsys)
+    assert code == 0, err
+    assert [json.loads(s).get("epoch") for s in log.read_text().splitlines()] == [
+        *range(1, 6),
+        None,
+    ]
+    code, err = _cli([*TRAIN, "--epochs", "2", *outputs, "--force"], capsys)
+    assert code == 0, err
+    assert read_checkpoint_file(ckpt / "checkpoint.pt")["epoch"] == 2
+    assert len(log.read_text().splitlines()) == 3
+
+
+def test_a_checkpoint_replaced_meanwhile_is_not_overwritten(tmp_path: Path) -> None:
+    ckpt = CheckpointDir(tmp_path / "ckpt", 0)
+    ckpt.open()
+    ckpt.save({"epoch": 1})
+    other = CheckpointDir(tmp_path / "ckpt", 1)  # not rank 0: no lock, like a foreign writer
+    from fullgraph.atomic import atomic_write_bytes
+    from fullgraph.training.checkpoint import encode_checkpoint
+
+    atomic_write_bytes(other.file, encode_checkpoint({"epoch": 7}))
+    with pytest.raises(Exception, match="was replaced by someone else"):
+        ckpt.save({"epoch": 2})
+    ckpt.close()
+    assert read_checkpoint_file(other.file)["epoch"] == 7
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "needle"),
+    [
+        ("dir", "log", "is a directory"),
+        ("file/run.jsonl", "log", "is a file, not a directory"),
+        ("/proc/fullgraph-test/run.jsonl", "log", "cannot write there"),
+        ("file/ckpt", "checkpoint", "is a file, not a directory"),
+        ("file", "checkpoint", "is a file; give a directory"),
+        ("/proc/fullgraph-test/ckpt", "checkpoint", "cannot write there"),
+    ],
+)
+def test_outputs_that_cannot_be_written_are_refused_before_work(
+    path: str, kind: str, needle: str, tmp_path: Path, capsys
+) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("a regular file\n")
+    before = _tree(tmp_path)
+    target = path if path.startswith("/") else str(tmp_path / path)
+    option = "--log-json" if kind == "log" else "--checkpoint"
+    code, err = _cli([*TRAIN, "--epochs", "2", option, target], capsys)
+    _one_error_line(err, 2, code, option, needle)
+    assert _tree(tmp_path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "file"]
+
+
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-30] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("tamper", "needle"),
+    [
+        (_flip_last_byte, "fails its sha256 checksum"),
+        (lambda p: p.write_bytes(p.read_bytes()[:100]), "fails its sha256 checksum"),
+        (lambda p: p.write_bytes(b"PK\x03\x04 not ours"), "not a fullgraph checkpoint"),
+        (lambda p: p.unlink(), "no checkpoint at"),
+    ],
+)
+def test_corrupted_checkpoints_are_refused_on_resume(
+    tamper, needle: str, tmp_path: Path, capsys
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    code, err = _cli([*TRAIN, "--epochs", "2", "--checkpoint", str(ckpt)], capsys)
+    assert code == 0, err
+    tamper(ckpt / "checkpoint.pt")
+    before = _tree(ckpt)
+    code, err = _cli([*TRAIN, "--epochs", "4", "--checkpoint", str(ckpt), "--resume"], capsys)
+    _one_error_line(err, 2, code, needle)
+    assert _tree(ckpt) == before
+
+
+def test_a_non_finite_loss_stops_training_and_keeps_the_checkpoint(tmp_path: Path, capsys) -> None:
+    ckpt, log = tmp_path / "ckpt", tmp_path / "run.jsonl"
+    args = [*TRAIN, "--epochs", "20", "--lr", "1e30", "--checkpoint", str(ckpt)]
+    code, err = _cli([*args, "--checkpoint-every", "1", "--log-json", str(log)], capsys)
+    _one_error_line(err, 3, code, "the loss is nan", "stopped before the update")
+    epoch = read_checkpoint_file(ckpt / "checkpoint.pt")["epoch"]
+    logged = [json.loads(s) for s in log.read_text().splitlines()]
+    assert 1 <= epoch == logged[-1]["epoch"] < 20  # the last good epoch, checkpointed
+    state = read_checkpoint_file(ckpt / "checkpoint.pt")
+    assert all(bool(v.isfinite().all()) for v in state["model"].values())
+
+
+def test_stale_temporaries_of_dead_writers_are_removed(tmp_path: Path, capsys) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    host = socket.gethostname()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    pid = int(dead.stdout)
+    stale = ckpt / f".checkpoint.pt.tmp-{pid}-0badcafe@{host}"
+    stale.write_bytes(b"half a checkpoint")
+    foreign = ckpt / f".checkpoint.pt.tmp-{pid}-0badcafe@another-host"
+    foreign.write_bytes(b"someone else's")
+    code, err = _cli([*TRAIN, "--epochs", "1", "--checkpoint", str(ckpt)], capsys)
+    assert code == 0, err
+    assert not stale.exists() and foreign.exists()
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_ends_training_cleanly(tmp_path: Path) -> None:
+    ckpt, log = tmp_path / "ckpt", tmp_path / "run.jsonl"
+    cmd = [sys.executable, "-m", "fullgraph.cli", *TRAIN, "--epochs", "100000"]
+    cmd += ["--checkpoint", str(ckpt), "--checkpoint-every", "1", "--log-json", str(log)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (ckpt / "checkpoint.pt").exists():
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1] == "fullgraph train: terminated (SIGTERM)", err
+    assert not [p for p in tmp_path.rglob(".*tmp-*")]
+    assert read_checkpoint_file(ckpt / "checkpoint.pt")["epoch"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_errors_every_rank_raises_are_printed_once(small_partitions, tmp_path: Path) -> None:
+    parts = str(small_partitions[2])
+    train = ["-m", "fullgraph.cli", "train", "--parts", parts, "--quiet"]
+    proc = run_mpi(2, [*train, "--lr", "nan"], 60, expect_ok=False)
+    _one_error_line(proc.stderr, 2, proc.returncode, "--lr must be a finite number")
+    ckpt = tmp_path / "ckpt"
+    run_mpi(2, [*train, "--epochs", "2", "--checkpoint", str(ckpt)], 90)
+    proc = run_mpi(2, [*train, "--epochs", "2", "--checkpoint", str(ckpt)], 60, expect_ok=False)
+    _one_error_line(proc.stderr, 2, proc.returncode, "holds the checkpoint of epoch 2")
+    proc = run_mpi(2, [*train, "--epochs", "30", "--lr", "1e30"], 90, expect_ok=False)
+    _one_error_line(proc.stderr, 3, proc.returncode, "the loss is nan")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signalled_rank_ends_the_whole_job(signum: int, small_partitions, tmp_path) -> None:
+    """SIGTERM (handled, like Ctrl-C) or SIGKILL on one rank: every rank ends, none hangs."""
+    args = ["-m", "fullgraph.cli", "train", "--parts", str(small_partitions[2]), "--quiet"]
+    cmd = mpi_command(2, [*args, "--epochs", "1000000"])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    ranks: list[int] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(ranks) < 2:
+        found = subprocess.run(["pgrep", "-f", str(small_partitions[2])], capture_output=True)
+        ranks = [int(p) for p in found.stdout.split() if int(p) != proc.pid]
+        time.sleep(0.5)
+    time.sleep(3)  # well into training
+    os.kill(max(ranks), signum)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and time.monotonic() - t0 < 30, err
+    assert "Traceback" not in err, err
+    if signum == signal.SIGTERM:
+        assert "terminated (SIGTERM); ending every rank" in err, err
+    survivors = subprocess.run(["pgrep", "-f", str(small_partitions[2])], capture_output=True)
+    assert survivors.stdout.split() == [], "a rank outlived the job"
