@@ -21,6 +21,7 @@ _CORRUPT = (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error, KeyEr
 
 
 def corrupt_archive(what: str, exc: BaseException) -> DataError:
+    """The one-line error for an archive ``what`` that could not be read (``exc``)."""
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, OSError) and exc.errno is not None:
         return DataError(f"{what}: cannot read ({exc.strerror or msg}); check the file")
@@ -97,6 +98,7 @@ def open_npz(raw: Path, npz_name: str, zip_name: str) -> tuple[dict, Path]:
 
 
 def need_arrays(arrays: dict, keys: tuple[str, ...], path: Path) -> None:
+    """Raise :class:`DataError` naming the arrays of ``keys`` that ``arrays`` lacks."""
     missing = [k for k in keys if k not in arrays]
     if missing:
         raise DataError(
@@ -126,11 +128,13 @@ def integers(arrays: dict, key: str, path: Path, ndim: int = 1) -> np.ndarray:
 
 
 def check_finite(a: np.ndarray, key: str, path: Path) -> None:
+    """Raise :class:`DataError` when array ``key`` holds NaN or infinite values."""
     if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
         raise DataError(f"{path}: {key} holds NaN or infinite values; features must be finite")
 
 
 def labels(arrays: dict, key: str, path: Path, n: int) -> np.ndarray:
+    """Array ``key`` as ``n`` non-negative integer class labels (int64)."""
     y = integers(arrays, key, path)
     if y.shape[0] != n:
         raise DataError(f"{path}: {key} has {y.shape[0]} entries but the graph has {n} nodes")

@@ -87,5 +87,6 @@ def check_records(buf: torch.Tensor, n: int, f: int, bits: int, who: str) -> int
 
 
 def check_bits(bits: int) -> None:
+    """Raise :class:`ConfigError` unless ``bits`` is one of :data:`BITS`."""
     if bits not in BITS:
         raise ConfigError(f"quantize: bits must be one of {BITS}, got {bits}")

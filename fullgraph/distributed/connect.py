@@ -24,7 +24,7 @@ def create_communicator(transport: str, info: LaunchInfo, timeout_s: float = 300
 
     Args:
         transport: ``local``, ``mpi``, ``gloo`` or ``nccl``.
-        info: rank and size read by :func:`fullgraph.launch.detect_launch`.
+        info: rank and size read by :func:`fullgraph.distributed.launch.detect_launch`.
         timeout_s: seconds any collective may wait.
 
     Returns:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from fullgraph.distributed.communicator import Communicator
-from fullgraph.errors import FullgraphError, is_replicated, mark_replicated, one_line
+from fullgraph.errors import ConfigError, FullgraphError, is_replicated, mark_replicated, one_line
 
 T = TypeVar("T")
 
@@ -123,3 +124,18 @@ def run_on_every_rank(comm: Communicator, command: str, fn: Callable[[], T]) -> 
         raise
     comm.close()
     return result
+
+
+def injected_failure_epoch(rank: int) -> int | None:
+    """Epoch at which ``FULLGRAPH_FAIL_AT=rank:epoch`` asks this rank to raise, if any.
+
+    Raises:
+        ConfigError: the variable is set but not of the form ``rank:epoch`` (two integers).
+    """
+    spec = os.environ.get("FULLGRAPH_FAIL_AT")
+    if not spec:
+        return None
+    r, _, e = spec.partition(":")
+    if not (r.strip().isdigit() and e.strip().isdigit()):
+        raise ConfigError(f"FULLGRAPH_FAIL_AT={spec!r} must be RANK:EPOCH (two integers)")
+    return int(e) if int(r) == rank else None

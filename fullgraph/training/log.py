@@ -1,27 +1,9 @@
-"""Per-epoch output of the trainer (JSONL record and console line) and the fault-injection hook."""
+"""Per-epoch output of the trainers: the JSON-lines record and the console line."""
 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
-
-from fullgraph.errors import ConfigError
-
-
-def injected_failure_epoch(rank: int) -> int | None:
-    """Epoch at which ``FULLGRAPH_FAIL_AT=rank:epoch`` asks this rank to raise, if any.
-
-    Raises:
-        ConfigError: the variable is set but not of the form ``rank:epoch`` (two integers).
-    """
-    spec = os.environ.get("FULLGRAPH_FAIL_AT")
-    if not spec:
-        return None
-    r, _, e = spec.partition(":")
-    if not (r.strip().isdigit() and e.strip().isdigit()):
-        raise ConfigError(f"FULLGRAPH_FAIL_AT={spec!r} must be RANK:EPOCH (two integers)")
-    return int(e) if int(r) == rank else None
 
 
 def write_epoch(rec: dict[str, Any], log: Any | None, quiet: bool) -> None:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from fullgraph.distributed.communicator import Communicator
+from fullgraph.distributed.faults import injected_failure_epoch
 from fullgraph.errors import ConfigError, mark_replicated
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
 from fullgraph.training.assembly import assemble_rank
@@ -31,7 +32,6 @@ from fullgraph.training.epochs import (
     reduce_gradients,
 )
 from fullgraph.training.job import RunOptions
-from fullgraph.training.log import injected_failure_epoch
 from fullgraph.training.optim import Adam
 
 __all__ = ["StepResult", "TrainConfig", "Trainer", "check_finite"]
