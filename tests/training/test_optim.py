@@ -1,4 +1,4 @@
-"""fullgraph.training.optim.Adam: the very updates of torch.optim.Adam, without importing torch._dynamo."""
+"""fullgraph.training.optim.Adam: the updates of torch.optim.Adam, without torch._dynamo."""
 
 from __future__ import annotations
 
