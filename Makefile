@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 DEMO_DIR ?= runs/demo
 
-.PHONY: install test demo lint format bench clean
+.PHONY: install test test-fast demo lint format bench clean
 
 install: $(STAMP)
 
@@ -20,7 +20,11 @@ $(STAMP): pyproject.toml
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q -ra
+
+test-fast: install
+	$(BIN)/python -m pytest -q -ra -m "not slow"
 
 demo: install
 	PATH="$(abspath $(BIN)):$$PATH" bash scripts/demo.sh $(DEMO_DIR)
