@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from fullgraph.datasets.edges import edges_to_csr
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.ogb_writer import write_ogb
-from fullgraph.datasets.edges import edges_to_csr
 from fullgraph.errors import ConfigError
 
 __all__ = ["PRESETS", "SynthConfig", "generate", "write_ogb"]
