@@ -43,18 +43,18 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
 ]
 
 
-def _chosen(argv: Sequence[str] | None) -> str | None:
+def _chosen(argv: Sequence[str]) -> str | None:
     """The subcommand named on the command line (the first argument not an option)."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    return next((a for a in args if not a.startswith("-")), None)
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The top-level parser; the subcommand chosen in ``argv`` is registered in full.
+    """The top-level parser.
 
     Args:
-        argv: the arguments (default ``sys.argv[1:]``); with no subcommand chosen (top-level
-            ``--help``) every subcommand gets its one-line entry only.
+        argv: the command line about to be parsed: only the subcommand it names is registered
+            in full (with none named, as for the top-level ``--help``, every subcommand gets its
+            one-line entry only). ``None`` registers every subcommand in full.
     """
     parser = argparse.ArgumentParser(
         prog="fullgraph",
@@ -66,10 +66,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    chosen = _chosen(argv)
     names = {name for _, name, _ in SUBCOMMANDS}
+    chosen = _chosen(argv) if argv is not None else None
     for module_name, name, summary in SUBCOMMANDS:
-        if chosen != name and (chosen in names or chosen is None):
+        if argv is not None and chosen != name and (chosen in names or chosen is None):
             sub.add_parser(name, help=summary)
             continue
         importlib.import_module(module_name).register(sub)
@@ -104,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     SIGTERM is handled like SIGINT: clean-ups run, one line is printed, the exit status is
     ``128 + signal``.
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
