@@ -13,6 +13,7 @@ import argparse
 import importlib
 import signal
 import sys
+import typing
 from collections.abc import Sequence
 
 from fullgraph.errors import FullgraphError, is_replicated, one_line
@@ -43,6 +44,14 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
 ]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (and where ``--help`` is), exit status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def _chosen(argv: Sequence[str]) -> str | None:
     """The subcommand named on the command line (the first argument not an option)."""
     return next((a for a in argv if not a.startswith("-")), None)
@@ -56,7 +65,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             in full (with none named, as for the top-level ``--help``, every subcommand gets its
             one-line entry only). ``None`` registers every subcommand in full.
     """
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="fullgraph",
         description=(
             "Full-batch distributed GNN training with exact full-graph gradients. "

@@ -23,6 +23,11 @@ class GraphContext:
         first_aggregate: precomputed aggregation of the input features, or ``None``.
         sparse_x: the input features as a CSR matrix when they are sparse (the first layer
             then drops and multiplies only the stored entries), or ``None``.
+        structure: the part's local CSR of incoming edges without values (rows = inner nodes,
+            columns = local ids: inner first, then halo), for layers that weigh edges
+            themselves (attention); ``None`` when no layer needs it.
+        local_global_ids: global id of every local node (inner, then halo), int64
+            [num_inner + num_halo]; keys per-edge random draws.
     """
 
     op: SplitOperator
@@ -31,6 +36,8 @@ class GraphContext:
     seed: int
     first_aggregate: torch.Tensor | None = None
     sparse_x: CSRMatrix | None = None
+    structure: CSRMatrix | None = None
+    local_global_ids: np.ndarray | None = None
 
     def aggregate(self, h: torch.Tensor) -> torch.Tensor:
         """``A_inner @ h + A_halo @ halo(h)``, differentiable, exchange overlapped."""

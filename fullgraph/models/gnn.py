@@ -27,19 +27,29 @@ from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.dropout import ReluDropout, dropout_csr_values, hashed_dropout
 from fullgraph.models.layers import layer_class
+from fullgraph.models.layers.base import LayerOptions
+from fullgraph.models.norm import make_norm
 
 
 class GNN(nn.Module):
-    """A stack of ``num_layers`` layers of one kind with ReLU between them.
+    """A stack of ``num_layers`` layers of one kind, ReLU between them, optional normalisation
+    and residual connections.
+
+    Between layers: ``h = relu(norm(layer(drop(h)) + res(drop(h))))`` where ``norm`` is the
+    ``--norm`` of :mod:`fullgraph.models.norm` and ``res`` the identity when the widths match,
+    else a linear projection without bias (``--residual``).
 
     Args:
-        kind: a registered layer kind (``gcn``, ``sage``; see :mod:`fullgraph.models.layers`).
+        kind: a registered layer kind (``gcn``, ``sage``, ...; :mod:`fullgraph.models.layers`).
         in_dim: input feature width.
-        hidden: hidden width.
+        hidden: hidden width (per head for kinds with heads).
         out_dim: number of classes.
         num_layers: layers (>= 1).
         dropout: drop probability before every layer but the first.
         input_dropout: drop probability before the first layer.
+        options: per-kind layer options (heads, attention dropout).
+        norm: ``none``, ``batch`` or ``layer`` after every layer but the last.
+        residual: add every layer's input to its output (projected when the widths differ).
 
     Shapes:
         - input: [num_inner, in_dim] -> logits [num_inner, out_dim]
@@ -54,20 +64,39 @@ class GNN(nn.Module):
         num_layers: int,
         dropout: float,
         input_dropout: float,
+        *,
+        options: LayerOptions | None = None,
+        norm: str = "none",
+        residual: bool = False,
     ) -> None:
         super().__init__()
         layer = layer_class(kind)
         check_number("--layers", num_layers, low=1, integer=True)
         check_probability("--dropout", dropout)
         check_probability("--input-dropout", input_dropout)
+        options = options or LayerOptions()
         self.kind = kind
         self.dropout = dropout
         self.input_dropout = input_dropout
-        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
-        self.dims = dims
-        self.layers = nn.ModuleList(
-            layer(d_in, d_out) for d_in, d_out in zip(dims[:-1], dims[1:], strict=True)
-        )
+        self.norm_kind = norm
+        self.layers = nn.ModuleList()
+        self.norms = nn.ModuleList()
+        self.residuals = nn.ModuleList()
+        width_in = in_dim
+        for i in range(num_layers):
+            last = i == num_layers - 1
+            lay = layer.build(width_in, out_dim if last else hidden, last=last, options=options)
+            self.layers.append(lay)
+            if residual:
+                same = width_in == lay.out_dim
+                self.residuals.append(
+                    nn.Identity() if same else nn.Linear(width_in, lay.out_dim, bias=False)
+                )
+            if not last:
+                n = make_norm(norm, lay.out_dim)
+                self.norms.append(n if n is not None else nn.Identity())
+            width_in = lay.out_dim
+        self.dims = [in_dim] + [lay.out_dim for lay in self.layers]
 
     @property
     def num_layers(self) -> int:
@@ -83,7 +112,7 @@ class GNN(nn.Module):
             x: input features of the inner nodes.
             ctx: operators, exchange plan and dropout ids of this rank.
             epoch: the epoch (selects the dropout masks).
-            training: apply dropout.
+            training: apply dropout (and normalise with the batch's statistics).
 
         Returns:
             float [num_inner, out_dim].
@@ -100,12 +129,19 @@ class GNN(nn.Module):
                 h = _sparse_input(ctx, p if training else 0.0, epoch, x.shape[1])
             elif i == 0 and training and p > 0:
                 h = hashed_dropout(h, ctx.global_ids, p, ctx.seed, epoch, i)
-            h = layer(h, ctx, precomputed)
+            out = layer(h, ctx, precomputed, epoch=epoch, training=training, index=i)
+            if len(self.residuals):
+                res = self.residuals[i]
+                out = out + (res(h) if isinstance(res, nn.Linear) else h)
             if i < self.num_layers - 1:
+                if self.norm_kind != "none":
+                    out = self.norms[i](out, ctx.plan.comm)
                 if training and self.dropout > 0:  # the next layer's dropout, fused
-                    h = ReluDropout.apply(h, ctx.global_ids, self.dropout, ctx.seed, epoch, i + 1)
+                    h = ReluDropout.apply(out, ctx.global_ids, self.dropout, ctx.seed, epoch, i + 1)
                 else:
-                    h = F.relu(h)
+                    h = F.relu(out)
+            else:
+                h = out
         return h
 
 

@@ -21,6 +21,7 @@ import torch
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.distributed.compression import HaloCompression
 from fullgraph.distributed.halo import HaloPlan, SplitOperator
+from fullgraph.errors import ConfigError
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.gnn import precompute_first_aggregate, sparse_features
@@ -148,14 +149,28 @@ def assemble_rank(part: Any, comm: Communicator, config: TrainConfig) -> RankGra
         global_ids=np.asarray(part.global_ids[: part.num_inner], dtype=np.int64),
         seed=config.seed,
     )
+    kind = layer_class(config.model)
+    if not kind.precomputable:
+        ctx.structure = CSRMatrix(
+            as_tensor(part.indptr, np.int64).to(device),
+            as_tensor(part.indices, np.int64).to(device),
+            None,
+            int(part.num_inner) + int(part.num_halo),
+        )
+        ctx.local_global_ids = np.asarray(part.global_ids, dtype=np.int64)
     pre = config.precompute_first
-    if pre == "on" or (pre == "auto" and config.resolved_input_dropout() == 0):
+    if pre == "on" and not kind.precomputable:
+        raise ConfigError(f"--precompute-first on: --model {config.model} cannot precompute")
+    if kind.precomputable and (
+        pre == "on" or (pre == "auto" and config.resolved_input_dropout() == 0)
+    ):
         ctx.first_aggregate = precompute_first_aggregate(data["x"], ctx)
     x = data["x"]
     stats = torch.tensor([float((x != 0).sum()), float(x.numel())], dtype=torch.float64)
     nnz, total = comm.allreduce_(stats, "sum", tag="setup").tolist()
     first_out = config.hidden if config.layers > 1 else int(part.num_classes)
-    sparse_ok = device.type == "cpu" and ctx.first_aggregate is None
+    sparse_ok = device.type == "cpu" and ctx.first_aggregate is None and not config.residual
+    sparse_ok = sparse_ok and kind.precomputable  # the transform-first layers take CSR input
     if sparse_ok and first_out <= int(part.num_features) and nnz < 0.1 * total:
         ctx.sparse_x = sparse_features(x)
     return RankGraph(data=data, ctx=ctx, num_train_global=int(part.num_train_global))

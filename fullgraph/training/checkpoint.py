@@ -55,6 +55,11 @@ MODEL_KEYS = (
     "compress_fwd",
     "compress_bwd",
     "error_feedback",
+    "heads",
+    "output_heads",
+    "attention_dropout",
+    "norm",
+    "residual",
 )
 
 

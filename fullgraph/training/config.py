@@ -14,6 +14,7 @@ from typing import Any
 
 from fullgraph.config import (
     NON_NEGATIVE,
+    OPTIONAL_POSITIVE_INT,
     OPTIONAL_PROBABILITY,
     POSITIVE,
     POSITIVE_INT,
@@ -25,7 +26,8 @@ from fullgraph.config import (
 )
 from fullgraph.distributed.compression import CODECS
 from fullgraph.errors import ConfigError
-from fullgraph.models.layers import layer_kinds
+from fullgraph.models.layers import LayerOptions, layer_kinds
+from fullgraph.models.norm import NORMS
 
 
 class InputDropoutConfig:
@@ -60,6 +62,30 @@ class TrainConfig(InputDropoutConfig, Config):
     dropout: float = option(0.5, "dropout before hidden layers", check=PROBABILITY)
     input_dropout: float | None = option(
         None, "dropout of the input (default --dropout)", check=OPTIONAL_PROBABILITY
+    )
+    heads: int | None = option(
+        None,
+        "attention heads of the hidden layers, concatenated (gat only; default 1)",
+        check=OPTIONAL_POSITIVE_INT,
+    )
+    output_heads: int | None = option(
+        None,
+        "attention heads of the last layer, averaged (gat only; default 1)",
+        check=OPTIONAL_POSITIVE_INT,
+    )
+    attention_dropout: float | None = option(
+        None,
+        "dropout of the attention coefficients (gat only; default --dropout)",
+        check=OPTIONAL_PROBABILITY,
+    )
+    norm: str = option(
+        "none",
+        "normalisation after every layer but the last: batch (over all nodes, statistics "
+        "all-reduced), layer (per node) or none",
+        choices=NORMS,
+    )
+    residual: bool = option(
+        False, "add every layer's input to its output (projected when the widths differ)"
     )
     lr: float = option(0.01, "Adam learning rate", check=POSITIVE)
     weight_decay: float = option(5e-4, "L2 penalty", check=NON_NEGATIVE)
@@ -100,12 +126,26 @@ class TrainConfig(InputDropoutConfig, Config):
 
     def check(self) -> None:
         """Rules between fields."""
+        if self.model != "gat":
+            for name in ("heads", "output_heads", "attention_dropout"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(
+                        f"--{name.replace('_', '-')} applies to --model gat only, not "
+                        f"--model {self.model}"
+                    )
         if self.error_feedback and self.compress_fwd == self.compress_bwd == "none":
             raise ConfigError(
                 "--error-feedback needs --compress-fwd or --compress-bwd other than none"
             )
         if self.precompute_first == "on" and self.resolved_input_dropout() > 0:
             raise ConfigError("--precompute-first on needs --input-dropout 0")
+
+    def layer_options(self) -> LayerOptions:
+        """The per-kind layer options, defaults resolved."""
+        drop = self.dropout if self.attention_dropout is None else self.attention_dropout
+        return LayerOptions(
+            heads=self.heads or 1, output_heads=self.output_heads or 1, attention_dropout=drop
+        )
 
     @property
     def compressed(self) -> bool:

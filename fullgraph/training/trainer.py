@@ -123,6 +123,9 @@ class Trainer(EpochLoop):
             cfg.layers,
             cfg.dropout,
             cfg.resolved_input_dropout(),
+            options=cfg.layer_options(),
+            norm=cfg.norm,
+            residual=cfg.residual,
         )
         model = model.to(self.device)
         flat = parameter_vector(model)

@@ -14,9 +14,9 @@ import importlib
 import pkgutil
 
 from fullgraph.errors import ConfigError
-from fullgraph.models.layers.base import LAYERS, GraphLayer, register_layer
+from fullgraph.models.layers.base import LAYERS, GraphLayer, LayerOptions, register_layer
 
-__all__ = ["GraphLayer", "layer_class", "layer_kinds", "register_layer"]
+__all__ = ["GraphLayer", "LayerOptions", "layer_class", "layer_kinds", "register_layer"]
 
 
 def _import_layer_modules() -> None:

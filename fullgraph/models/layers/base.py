@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -21,19 +22,52 @@ def register_layer(cls: type[GraphLayer]) -> type[GraphLayer]:
     return cls
 
 
+@dataclass(frozen=True)
+class LayerOptions:
+    """Options of the layer kinds that have them (the others ignore them).
+
+    Attributes:
+        heads: attention heads of the hidden layers (GAT; concatenated).
+        output_heads: attention heads of the last layer (GAT; averaged).
+        attention_dropout: drop probability of the attention coefficients (GAT).
+    """
+
+    heads: int = 1
+    output_heads: int = 1
+    attention_dropout: float = 0.0
+
+
 class GraphLayer(nn.Module):
     """One message-passing layer on a rank's rows: ``[num_inner, in_dim] -> [num_inner, out]``.
 
     Args:
         in_dim: input width.
-        out_dim: output width.
+        out_dim: output width (what the next layer receives).
+
+    Class attributes:
+        kind: the name the layer is registered under (``--model``).
+        precomputable: the layer's aggregation of its input does not depend on its parameters,
+            so the first layer's aggregation of the static features may be computed once.
     """
 
     kind: ClassVar[str] = ""
+    precomputable: ClassVar[bool] = True
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
         self.in_dim, self.out_dim = in_dim, out_dim
+
+    @classmethod
+    def build(cls, in_dim: int, width: int, *, last: bool, options: LayerOptions) -> GraphLayer:
+        """The layer of a stack: ``width`` outputs (per head for the kinds that have heads).
+
+        Args:
+            in_dim: input width.
+            width: the stack's width at this layer (hidden, or classes for the last layer).
+            last: the last layer of the stack.
+            options: per-kind options.
+        """
+        return cls(in_dim, width)
 
     @staticmethod
     def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:
@@ -55,6 +89,10 @@ class GraphLayer(nn.Module):
         h: torch.Tensor | CSRMatrix,
         ctx: GraphContext,
         precomputed: torch.Tensor | None = None,
+        *,
+        epoch: int = 0,
+        training: bool = False,
+        index: int = 0,
     ) -> torch.Tensor:
         """The layer's output for input ``h`` (dense, or CSR for sparse input features).
 
@@ -62,13 +100,11 @@ class GraphLayer(nn.Module):
             h: this rank's input rows.
             ctx: the rank's :class:`~fullgraph.models.context.GraphContext`.
             precomputed: the aggregation of ``h`` computed once (first layer, no dropout).
+            epoch: the epoch (keys the layer's own random draws, e.g. attention dropout).
+            training: apply the layer's own dropout.
+            index: the layer's position in the stack (keys its random draws).
         """
         raise NotImplementedError
-
-    @property
-    def decayed_parameters(self) -> list[nn.Parameter]:
-        """The parameters weight decay applies to when it covers this layer."""
-        return list(self.parameters())
 
 
 def times_weight(h: torch.Tensor | CSRMatrix, weight: torch.Tensor) -> torch.Tensor:

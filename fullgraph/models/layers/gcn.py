@@ -45,6 +45,10 @@ class GCNLayer(GraphLayer):
         h: torch.Tensor | CSRMatrix,
         ctx: GraphContext,
         precomputed: torch.Tensor | None = None,
+        *,
+        epoch: int = 0,
+        training: bool = False,
+        index: int = 0,
     ) -> torch.Tensor:
         """``Â (h W^T) + b``."""
         return aggregate_linear(self.lin, h, ctx, precomputed)

@@ -44,6 +44,10 @@ class SAGELayer(GraphLayer):
         h: torch.Tensor | CSRMatrix,
         ctx: GraphContext,
         precomputed: torch.Tensor | None = None,
+        *,
+        epoch: int = 0,
+        training: bool = False,
+        index: int = 0,
     ) -> torch.Tensor:
         """``mean(h_N) W_l + b_l + h W_r``."""
         return aggregate_linear(self.lin, h, ctx, precomputed) + times_weight(h, self.root.weight)
