@@ -1,0 +1,157 @@
+"""Normalisation against PyG, BatchNorm's moments over several ranks, and its checkpoints.
+
+- ``GraphBatchNorm`` equals PyG's ``BatchNorm`` (forward, input and parameter gradients, running
+  statistics) in float64 on one process, and its all-reduced moments equal the moments of the
+  concatenated rows when the rows are split over ranks (threads over a fake all-reduce);
+- ``NodeLayerNorm`` equals PyG's ``LayerNorm(mode="node")``;
+- a run with ``--norm batch`` resumed from its checkpoint reproduces the uninterrupted losses
+  (the running statistics travel in the checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from mp_utils import one_thread
+
+from fullgraph.cli import main as cli_main
+from fullgraph.distributed import Communicator
+from fullgraph.models.norm import GraphBatchNorm, NodeLayerNorm, make_norm
+
+pyg_nn = pytest.importorskip("torch_geometric.nn")
+
+
+def test_batch_norm_equals_pyg() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(50, 7, dtype=torch.float64) * 3 + 1
+    ours = GraphBatchNorm(7).double()
+    ref = pyg_nn.BatchNorm(7).double()
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 2.0)
+        ours.bias.uniform_(-1.0, 1.0)
+        ref.module.weight.copy_(ours.weight)
+        ref.module.bias.copy_(ours.bias)
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    ya, yb = ours(xa, Communicator()), ref(xb)
+    torch.testing.assert_close(ya, yb, rtol=1e-6, atol=1e-6)
+    w = torch.randn_like(ya)
+    (ya * w).sum().backward()
+    (yb * w).sum().backward()
+    torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ours.weight.grad, ref.module.weight.grad, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ours.bias.grad, ref.module.bias.grad, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ours.running_mean, ref.module.running_mean, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ours.running_var, ref.module.running_var, rtol=1e-6, atol=1e-6)
+    ours.eval()
+    ref.eval()
+    torch.testing.assert_close(ours(x, Communicator()), ref(x), rtol=1e-6, atol=1e-6)
+
+
+def test_layer_norm_equals_pyg_node_mode() -> None:
+    torch.manual_seed(1)
+    x = torch.randn(30, 9, dtype=torch.float64)
+    ours = NodeLayerNorm(9).double()
+    ref = pyg_nn.LayerNorm(9, mode="node").double()
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 2.0)
+        ref.weight.copy_(ours.weight)
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    ya, yb = ours(xa), ref(xb)
+    torch.testing.assert_close(ya, yb, rtol=1e-6, atol=1e-6)
+    ya.sum().backward()
+    yb.sum().backward()
+    torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-6, atol=1e-6)
+
+
+class _ThreadComm(Communicator):
+    """A rank of an in-process job: sums every rank's tensor in rank order (a barrier)."""
+
+    def __init__(self, rank: int, size: int, shared: dict) -> None:
+        super().__init__(rank, size)
+        self.shared = shared
+
+    def allreduce_(self, tensor: torch.Tensor, op: str = "sum", tag: str = "reduce"):
+        box, barrier = self.shared["box"], self.shared["barrier"]
+        box[self.rank] = tensor.clone()
+        barrier.wait()
+        total = box[0].clone()
+        for r in range(1, self.size):
+            total += box[r]
+        barrier.wait()
+        tensor.copy_(total)
+        return tensor
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_batch_norm_over_split_rows_equals_one_process(ranks: int) -> None:
+    torch.manual_seed(2)
+    x = torch.randn(40, 5, dtype=torch.float64)
+    dy = torch.randn(40, 5, dtype=torch.float64)
+    one = GraphBatchNorm(5).double()
+    xa = x.clone().requires_grad_(True)
+    (one(xa, Communicator()) * dy).sum().backward()
+    bounds = [0, 7, 23, 40] if ranks == 3 else [0, 11, 40]
+    shared = {"box": {}, "barrier": threading.Barrier(ranks)}
+    grads: dict[int, torch.Tensor] = {}
+    outs: dict[int, torch.Tensor] = {}
+    norms = [GraphBatchNorm(5).double() for _ in range(ranks)]
+
+    def rank(r: int) -> None:
+        comm = _ThreadComm(r, ranks, shared)
+        xr = x[bounds[r] : bounds[r + 1]].clone().requires_grad_(True)
+        y = norms[r](xr, comm)
+        (y * dy[bounds[r] : bounds[r + 1]]).sum().backward()
+        outs[r], grads[r] = y.detach(), xr.grad
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    torch.testing.assert_close(torch.cat([grads[r] for r in range(ranks)]), xa.grad)
+    weight_grad = sum(n.weight.grad for n in norms)
+    torch.testing.assert_close(weight_grad, one.weight.grad)
+    torch.testing.assert_close(norms[0].running_var, one.running_var)
+
+
+def test_unknown_norm_is_refused() -> None:
+    from fullgraph.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--norm must be one of none, batch, layer"):
+        make_norm("group", 4)
+
+
+def test_resume_with_batch_norm_is_exact(tmp_path: Path, monkeypatch) -> None:
+    args = ["train", "--synthetic", "tiny", "--threads", "1", "--quiet", "--layers", "3"]
+    args += ["--hidden", "32", "--norm", "batch", "--residual", "--epochs", "6"]
+    full, part = tmp_path / "full.jsonl", tmp_path / "part.jsonl"
+    ckpt = tmp_path / "ckpt"
+    with one_thread():
+        assert cli_main([*args, "--log-json", str(full)]) == 0
+        monkeypatch.setenv("FULLGRAPH_FAIL_AT", "0:5")
+        with pytest.raises(RuntimeError, match="injected failure"):
+            cli_main(
+                [
+                    *args,
+                    "--log-json",
+                    str(part),
+                    "--checkpoint",
+                    str(ckpt),
+                    "--checkpoint-every",
+                    "2",
+                ]
+            )
+        monkeypatch.delenv("FULLGRAPH_FAIL_AT")
+        assert (
+            cli_main([*args, "--log-json", str(part), "--checkpoint", str(ckpt), "--resume"]) == 0
+        )
+
+    def losses(path: Path) -> dict[int, float]:
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        return {r["epoch"]: r["loss"] for r in rows if not r.get("final")}
+
+    assert losses(part) == losses(full)
