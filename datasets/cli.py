@@ -30,16 +30,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="generate a degree-corrected SBM graph and write it in OGB layout",
         description=(
             "Generate a synthetic node-classification graph (degree-corrected stochastic block "
-            "model, power-law degrees, class-correlated features) and write it to "
-            "<root>/<name with - as _>/ so that `load(NAME, ROOT)` finds it."
+            "model, power-law degrees, class-correlated features; see docs/datasets.md) and "
+            "write it to <root>/<name with - as _>/ so that `load(NAME, ROOT)` finds it."
         ),
     )
     synth.add_argument(
         "--preset",
-        choices=["tiny", "arxiv", "products"],
+        choices=["tiny", "arxiv", "products", "arxiv-stress", "products-stress"],
         default="tiny",
-        help="size: tiny (3,000 nodes), arxiv (169,343 nodes, 1.17M edges), "
-        "products (2,449,029 nodes, 61.9M edges); default tiny",
+        help="tiny (3,000 nodes); arxiv (169,343 nodes, 1.17M edges) and products (2,449,029 "
+        "nodes, 61.9M edges): sized like the OGB graphs, with their METIS halo volume "
+        "(communities on a ring, cross-community edges mostly to nearby ones); arxiv-stress, "
+        "products-stress: same sizes, cross-community edges to random nodes (about 4x the "
+        "real halo on products: a worst case); default tiny",
     )
     synth.add_argument("--name", required=True, help="dataset name, e.g. arxiv-synth")
     synth.add_argument("--root", required=True, type=Path, help="dataset root directory")

@@ -1,4 +1,4 @@
-"""Synthetic DC-SBM generator: sizes, determinism, OGB round trip, learnability, CLI."""
+"""Synthetic DC-SBM generators: sizes, determinism, degree tails, locality, OGB round trip, CLI."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from fullgraph.cli import build_parser
 from fullgraph.datasets import load
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.synthetic import PRESETS, generate, write_ogb
 from fullgraph.errors import ConfigError
+from fullgraph.partition.assign import assign_parts
 
 ARRAYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
 
@@ -22,6 +24,20 @@ ARRAYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
 @pytest.fixture(scope="module")
 def tiny() -> Graph:
     return generate("tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def arxiv() -> Graph:
+    return generate("arxiv", seed=0)
+
+
+def halo_ratio(graph: Graph, num_parts: int) -> float:
+    """METIS halo rows summed over parts / N: the mean rows a part sends per layer / (N/P)."""
+    owner = assign_parts(graph, num_parts, "metis", seed=0)
+    n = graph.num_nodes
+    dst = np.repeat(np.arange(n), graph.in_degree())
+    cut = owner[dst] != owner[graph.indices]
+    return np.unique(owner[dst[cut]] * n + graph.indices[cut]).size / n
 
 
 def assert_same(a: Graph, b: Graph) -> None:
@@ -49,10 +65,13 @@ def test_tiny_sizes_and_structure(tiny: Graph) -> None:
     assert int(tiny.train_mask.sum()) == round(cfg.train_frac * n)
 
 
+def _homophily(g: Graph) -> float:
+    rows = np.repeat(np.arange(g.num_nodes), g.in_degree())
+    return float((g.y[rows] == g.y[g.indices]).mean())
+
+
 def test_edge_homophily_is_moderate(tiny: Graph) -> None:
-    rows = np.repeat(np.arange(tiny.num_nodes), tiny.in_degree())
-    homophily = float((tiny.y[rows] == tiny.y[tiny.indices]).mean())
-    assert 0.5 < homophily < 0.85
+    assert 0.5 < _homophily(tiny) < 0.85
 
 
 def test_deterministic_from_seed(tiny: Graph) -> None:
@@ -73,8 +92,8 @@ def test_overrides_and_bad_config() -> None:
         generate("tiny", num_nodes=10, num_edges=1000)
 
 
-def test_arxiv_preset_sizes() -> None:
-    g = generate("arxiv", seed=0)
+def test_arxiv_preset_sizes(arxiv: Graph) -> None:
+    g = arxiv
     assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (
         169_343,
         2 * 1_166_243,
@@ -83,6 +102,89 @@ def test_arxiv_preset_sizes() -> None:
     )
     frac = g.train_mask.mean(), g.val_mask.mean(), g.test_mask.mean()
     np.testing.assert_allclose(frac, (0.54, 0.18, 0.28), atol=1e-3)
+    assert g.in_degree().min() >= 1
+
+
+def test_presets_are_sized_like_ogb() -> None:
+    sizes = {
+        "arxiv": (169_343, 1_166_243, 128, 40, 0.54, 0.18),
+        "products": (2_449_029, 61_859_140, 100, 47, 0.08, 0.016),
+    }
+    for name, want in sizes.items():
+        for preset in (name, f"{name}-stress"):
+            c = PRESETS[preset]
+            got = (c.num_nodes, c.num_edges, c.num_features, c.num_classes)
+            assert got + (c.train_frac, c.val_frac) == want, preset
+        assert PRESETS[name].locality == "ring"
+        assert PRESETS[f"{name}-stress"].locality == "uniform"
+    assert PRESETS["tiny"].locality == "uniform"
+
+
+def test_stress_presets_are_the_uniform_generator() -> None:
+    """``*-stress`` keep the earlier generator: 90% in-community, the rest to any node."""
+    for name, block in (("arxiv-stress", 400), ("products-stress", 1000)):
+        c = PRESETS[name]
+        assert (c.block_size, c.p_local, c.label_purity, c.degree_exponent) == (
+            block,
+            0.9,
+            0.8,
+            2.5,
+        )
+    small = {"num_nodes": 4000, "num_edges": 24_000}
+    g = generate("arxiv-stress", seed=0, **small)
+    assert g.name == "synth-arxiv-stress"
+    assert int(g.in_degree().max()) <= 400  # uniform model: hubs capped below a community
+    assert_same(g, generate("arxiv-stress", seed=0, **small))
+
+
+def test_ring_degree_tail_is_heavy(arxiv: Graph) -> None:
+    deg = arxiv.in_degree()
+    median, p99 = np.percentile(deg, [50, 99])
+    assert 5_000 <= deg.max() <= 13_000  # ogbn-arxiv: about 13k
+    assert p99 >= 5 * median and deg.max() >= 500 * deg.mean()
+    assert 0.4 < _homophily(arxiv) < 0.7
+
+
+def test_ring_deterministic_from_seed() -> None:
+    small = {"num_nodes": 20_000, "num_edges": 140_000, "max_degree": 1500}
+    a = generate("arxiv", seed=0, **small)
+    assert_same(a, generate("arxiv", seed=0, **small))
+    b = generate("arxiv", seed=1, **small)
+    assert not np.array_equal(a.indices, b.indices)
+    assert a.meta["params"]["locality"] == "ring"
+
+
+def test_locality_halves_the_halo() -> None:
+    """A scaled-down products graph (30k nodes, mean degree 50): nearby reach cuts the halo.
+
+    Same sizes and degrees with ``reach_decay=1e9`` send every cross-community edge to the
+    whole-graph window (uniform placement); ``products-stress`` is the uniform generator, whose
+    halo on the full-size graph is about 4x the real one's.
+    """
+    n = 30_000
+    small = {"num_nodes": n, "num_edges": round(n * 61_859_140 / 2_449_029), "block_size": 300}
+    ring = generate("products", seed=0, max_degree=2000, **small)
+    anywhere = generate("products", seed=0, max_degree=2000, reach_decay=1e9, **small)
+    stress = generate("products-stress", seed=0, **small)
+    for p in (4, 8):
+        r, a, s = halo_ratio(ring, p), halo_ratio(anywhere, p), halo_ratio(stress, p)
+        assert r < 0.5 * a, f"P={p}: ring {r:.3f} vs random reach {a:.3f}"
+        assert r < 0.65 * s, f"P={p}: ring {r:.3f} vs stress {s:.3f}"
+
+
+def test_ring_config_errors() -> None:
+    with pytest.raises(ConfigError, match="unknown locality"):
+        generate("arxiv", locality="grid", num_nodes=1000, num_edges=5000)
+    with pytest.raises(ConfigError, match="max_degree"):
+        generate("arxiv", num_nodes=1000, num_edges=5000, max_degree=5)
+    with pytest.raises(ConfigError, match="topic_span"):
+        generate("arxiv", num_nodes=1000, num_edges=5000, topic_span=0)
+
+
+def test_cli_offers_every_preset() -> None:
+    for preset in PRESETS:
+        argv = ["data", "synth", "--preset", preset, "--name", "x", "--root", "r"]
+        assert build_parser(argv).parse_args(argv).preset == preset
 
 
 def test_write_ogb_round_trip(tiny: Graph, tmp_path: Path) -> None:
