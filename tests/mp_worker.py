@@ -5,8 +5,9 @@
 order, the all-reduced parameter gradients of that step and the loss of every epoch.
 The tests call :func:`run_variants` in-process on the whole graph for the reference.
 
-``accuracy PARTS TRANSPORTS OUT.json SEEDS``: the Planetoid GCN recipe for each seed; saves
-the test accuracy at the best validation epoch per seed.
+``accuracy PARTS TRANSPORTS OUT.json SEEDS [MODEL]``: the Planetoid recipe of ``MODEL`` (``gcn``,
+default, or ``gat``: :data:`RECIPES`) for each seed; saves the test accuracy at the best
+validation epoch per seed.
 
 ``reduce PARTS TRANSPORTS OUT.npz``: ``allreduce_`` sums of the :func:`reduce_input` vectors of
 :data:`REDUCE_LENGTHS` lengths, and the parameters and losses after :data:`EPOCHS` epochs of the
@@ -32,7 +33,46 @@ VARIANTS = [
     ("gcn_pre", "gcn", 0.0),
     ("sage_pre", "sage", 0.0),
     ("sage_sliced", "sage", 0.5),
+    ("gat", "gat", 0.5),
+    ("gat_norm_res", "gat", 0.5),
 ]
+#: Further TrainConfig fields of some variants. The GAT layers of the 12-feature test graph
+#: exchange their input (12 or hidden x heads columns < heads x (hidden + 1)) except the last,
+#: which exchanges its projected rows and source terms: both exchanges are checked. Attention
+#: dropout is on in both (0.3, and the default = --dropout 0.5).
+OPTIONS: dict[str, dict[str, Any]] = {
+    "gat": {"hidden": 6, "heads": 3, "output_heads": 2, "attention_dropout": 0.3},
+    "gat_norm_res": {
+        "hidden": 8,
+        "heads": 2,
+        "output_heads": 1,
+        "norm": "batch",
+        "residual": True,
+    },
+}
+#: The accuracy recipes (PyG ``examples/gcn.py`` and ``examples/gat.py``: Planetoid,
+#: row-normalised features, 200 epochs; the GAT recipe decays every layer's weights).
+RECIPES: dict[str, dict[str, Any]] = {
+    "gcn": {
+        "layers": 2,
+        "hidden": 16,
+        "dropout": 0.5,
+        "lr": 0.01,
+        "weight_decay": 5e-4,
+        "weight_decay_scope": "first",
+    },
+    "gat": {
+        "layers": 2,
+        "hidden": 8,
+        "heads": 8,
+        "output_heads": 1,
+        "dropout": 0.6,
+        "attention_dropout": 0.6,
+        "lr": 0.005,
+        "weight_decay": 5e-4,
+        "weight_decay_scope": "all",
+    },
+}
 #: Variants whose exchanges go in this many slices (``fullgraph.distributed.exchange_slices``;
 #: shares of uneven size, some empty), so that the pipelined sliced exchange is checked too.
 SLICES = {"sage_sliced": 7}
@@ -107,17 +147,18 @@ def run_variants(part: Any, comm: Any) -> dict[str, np.ndarray]:
             slicing.slice_count = lambda rows, width, budget, n=SLICES[name]: n
         else:
             slicing.slice_count = default_count
-        cfg = TrainConfig(
-            model=model,
-            layers=2 if model == "gcn" else 3,
-            hidden=16,
-            dropout=0.5,
-            input_dropout=in_drop,
-            epochs=EPOCHS,
-            seed=3,
-            weight_decay=5e-4,
-            weight_decay_scope="all",
-        )
+        fields = {
+            "model": model,
+            "layers": 2 if model == "gcn" else 3,
+            "hidden": 16,
+            "dropout": 0.5,
+            "input_dropout": in_drop,
+            "epochs": EPOCHS,
+            "seed": 3,
+            "weight_decay": 5e-4,
+            "weight_decay_scope": "all",
+        }
+        cfg = TrainConfig(**{**fields, **OPTIONS.get(name, {})})
         tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
         if name in SLICES and comm.size > 1:
             assert len(tr.ctx.plan.slices(16, None, 0)) == SLICES[name], "not sliced"
@@ -154,30 +195,22 @@ def check_halo_exchange(part: Any, comm: Any) -> bool:
     return all(comm.allgather_object(bool(ok)))
 
 
-def accuracy_run(part: Any, comm: Any, seeds: list[int]) -> list[float]:
-    """Test accuracy at the best validation epoch of the Planetoid GCN recipe, per seed."""
+def accuracy_run(part: Any, comm: Any, seeds: list[int], model: str = "gcn") -> list[float]:
+    """Test accuracy at the best validation epoch of the Planetoid recipe of ``model``
+    (:data:`RECIPES`), per seed."""
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
     accs = []
     for seed in seeds:
         cfg = TrainConfig(
-            model="gcn",
-            layers=2,
-            hidden=16,
-            dropout=0.5,
-            lr=0.01,
-            weight_decay=5e-4,
-            weight_decay_scope="first",
-            epochs=200,
-            seed=seed,
-            normalize_features=True,
+            model=model, epochs=200, seed=seed, normalize_features=True, **RECIPES[model]
         )
         accs.append(Trainer(part, comm, cfg, RunOptions(quiet=True)).fit()["test_acc"])
     return accs
 
 
 def main(argv: list[str]) -> int:
-    """Entry point under mpirun: ``MODE PARTS TRANSPORTS OUT [SEEDS]``.
+    """Entry point under mpirun: ``MODE PARTS TRANSPORTS OUT [SEEDS [MODEL]]``.
 
     ``PARTS`` may list several partition directories separated by ``,`` (accuracy mode) and
     ``TRANSPORTS`` several transports (exact and reduce modes); results are keyed by both.
@@ -209,7 +242,8 @@ def main(argv: list[str]) -> int:
                 result.update({f"{transport}/{k}": v for k, v in got.items()})
             elif mode == "accuracy":
                 seeds = [int(s) for s in argv[4].split(",")]
-                result[f"{transport}/{parts}"] = accuracy_run(part, comm, seeds)
+                model = argv[5] if len(argv) > 5 else "gcn"
+                result[f"{transport}/{parts}"] = accuracy_run(part, comm, seeds, model)
             else:
                 raise SystemExit(f"unknown mode {mode}")
         comm.close()

@@ -1,8 +1,9 @@
-"""Distributed training equals one process: P = 1, 2, 4 ranks, mpi and gloo, GCN and SAGE.
+"""Distributed training equals one process: P = 1, 2, 4 ranks, mpi and gloo, GCN, SAGE, GAT.
 
 Each (P, transport) is one ``mpirun`` launch running every variant of ``mp_worker.VARIANTS``
-(dropout on; with and without the precomputed first aggregation). The reference runs the same
-code in this process on the whole graph.
+(dropout on; with and without the precomputed first aggregation; GAT with attention dropout on,
+exchanging its input and its projected rows, and with ``--norm batch`` and ``--residual``). The
+reference runs the same code in this process on the whole graph.
 """
 
 from __future__ import annotations
