@@ -1,0 +1,26 @@
+"""Bring your own PyG model: train it on P ranks with the one-process result.
+
+A single-process PyG script becomes a P-rank one by changing five lines
+(``examples/gcn_cora.py`` against ``examples/gcn_cora_distributed.py``)::
+
+    from fullgraph import pyg                                # added
+    data = pyg.load_part(data)          # this rank's part (or pyg.load_part("parts/cora-4"))
+    model = pyg.distribute(GCN(...), data)  # twins of the PyG layers, the same parameters
+    loss = pyg.loss(out, data)          # global training count; backward() sums the gradients
+    accs = [pyg.accuracy(pred, data, m) for m in masks]     # counts over all ranks
+
+- :func:`load_part` (:mod:`~fullgraph.pyg.part_data`): the rank's part as a PyG ``Data``.
+- :func:`distribute` (:mod:`~fullgraph.pyg.convert`, :mod:`~fullgraph.pyg.twins`): replaces
+  ``GCNConv``, ``SAGEConv(aggr="mean")``, ``GATConv``, ``BatchNorm`` and ``Dropout`` by
+  distributed twins, keeps row-wise modules, refuses the rest naming the layer and why; the
+  converted model sums its gradients over the ranks at the end of every backward pass
+  (:mod:`~fullgraph.pyg.runtime`).
+- :func:`loss`, :func:`accuracy`, :func:`dropout` (:mod:`~fullgraph.pyg.helpers`): the calls of
+  a script that must see every rank.
+"""
+
+from fullgraph.pyg.convert import distribute
+from fullgraph.pyg.helpers import accuracy, dropout, loss
+from fullgraph.pyg.part_data import PartGraph, load_part
+
+__all__ = ["PartGraph", "accuracy", "distribute", "dropout", "load_part", "loss"]

@@ -1,0 +1,276 @@
+"""This rank's part of the graph as a PyG ``Data`` object: :func:`load_part`.
+
+The ``Data`` holds what a single-process PyG script reads from its dataset, restricted to the
+rank's inner (owned) nodes: ``x``, ``y``, ``train_mask``, ``val_mask``, ``test_mask``,
+``num_nodes``, ``num_classes``. Its ``edge_index`` is a :class:`PartGraph` instead of an edge
+tensor: the layers :func:`fullgraph.pyg.distribute` puts in the model read the rank's edges, halo
+exchange plan and global node ids from it, and refuse any other ``edge_index`` (so an edge
+tensor cannot be silently ignored). ``data.fullgraph`` is the same object.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+import numba
+import numpy as np
+import torch
+
+from fullgraph.datasets import Graph, from_pyg
+from fullgraph.distributed import (
+    Communicator,
+    create_communicator,
+    default_threads,
+    detect_launch,
+    resolve_transport,
+)
+from fullgraph.distributed.halo import HaloPlan, SplitOperator
+from fullgraph.errors import ConfigError
+from fullgraph.kernels import CSRMatrix
+from fullgraph.models.context import GraphContext
+from fullgraph.partition import (
+    assign_parts,
+    load_partition,
+    read_meta,
+    whole_graph_part,
+    write_partitions,
+)
+from fullgraph.partition.format import partition_root
+from fullgraph.training.assembly import as_tensor, build_operator, part_tensors
+
+
+class PartGraph:
+    """This rank's edges as the converted layers see them (``data.edge_index``).
+
+    Holds the part, the communicator, the halo exchange plan, one
+    :class:`~fullgraph.models.context.GraphContext` per layer kind, device and dtype (built on
+    first use), and the counters that key dropout: :attr:`step` (training forward passes so far;
+    set it to continue the dropout streams of a resumed run) and the dropout call index within
+    the current forward pass.
+
+    Args:
+        part: this rank's part (a partition's, or the whole graph's).
+        comm: the communicator (``comm.size`` must equal the part count).
+        seed: seed of the dropout streams.
+
+    Attributes:
+        comm: the communicator.
+        seed: seed of the dropout streams.
+        num_inner: rows of this rank (its inner nodes).
+        global_ids: global id of every inner node, int64 [num_inner].
+        num_train_global: training nodes of the whole graph.
+        step: training forward passes so far; the next one uses ``step + 1``.
+    """
+
+    def __init__(self, part: Any, comm: Communicator, seed: int) -> None:
+        self.part, self.comm, self.seed = part, comm, int(seed)
+        self.num_inner = int(part.num_inner)
+        self.global_ids = np.asarray(part.global_ids[: self.num_inner], dtype=np.int64)
+        self.num_train_global = int(part.num_train_global)
+        self.plan = HaloPlan.from_partition(part, comm)
+        self.step = 0
+        self.stream = 0
+        self._contexts: dict[tuple[str, torch.device, torch.dtype], GraphContext] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"PartGraph(rank={self.comm.rank} of {self.comm.size}, inner={self.num_inner}, "
+            f"halo={int(self.part.num_halo)}, edges={self.num_edges})"
+        )
+
+    @property
+    def num_edges(self) -> int:
+        """Incoming edges of this rank's inner nodes."""
+        return int(self.part.num_edges)
+
+    def size(self, dim: int | None = None) -> Any:
+        """``(2, num_edges)`` like an ``edge_index`` tensor (PyG's ``num_edges`` asks this)."""
+        shape = (2, self.num_edges)
+        return torch.Size(shape) if dim is None else shape[dim]
+
+    def context(self, kind: str, like: torch.Tensor) -> GraphContext:
+        """The context of layer kind ``kind`` for inputs like ``like`` (device and dtype).
+
+        Args:
+            kind: a registered layer kind (``gcn``, ``sage``, ``gat``).
+            like: an input of the layer; its device and floating dtype are used.
+
+        Returns:
+            The operator (values in ``like``'s dtype), the halo plan and the dropout ids.
+        """
+        key = (kind, like.device, like.dtype)
+        if key not in self._contexts:
+            op = build_operator(self.part, kind)
+
+            def place(a: CSRMatrix | None) -> CSRMatrix | None:
+                if a is None:
+                    return None
+                a = a.to(like.device)
+                return a if a.values is None else a.with_values(a.values.to(like.dtype))
+
+            ctx = GraphContext(
+                op=SplitOperator(place(op.inner), place(op.halo)),
+                plan=self.plan,
+                global_ids=self.global_ids,
+                seed=self.seed,
+            )
+            if kind == "gat":
+                ni, nh = self.num_inner, int(self.part.num_halo)
+                ctx.structure = CSRMatrix(
+                    as_tensor(self.part.indptr, np.int64).to(like.device),
+                    as_tensor(self.part.indices, np.int64).to(like.device),
+                    None,
+                    ni + nh,
+                )
+                ctx.local_global_ids = np.asarray(self.part.global_ids, dtype=np.int64)
+            self._contexts[key] = ctx
+        return self._contexts[key]
+
+    def check_rows(self, x: torch.Tensor, where: str) -> None:
+        """Refuse an input whose rows are not this rank's nodes.
+
+        Raises:
+            ConfigError: ``x`` is not 2-D with :attr:`num_inner` rows.
+        """
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] != self.num_inner:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ConfigError(
+                f"{where}: expected this rank's node rows [{self.num_inner}, features], got "
+                f"{shape}; converted layers take node features, one row per node of data.x"
+            )
+
+
+def _graph_digest(graph: Graph) -> str:
+    """A hash of the graph's arrays, to check that every rank was given the same graph."""
+    h = hashlib.sha256()
+    for a in (graph.indptr, graph.indices, graph.x, graph.y, graph.train_mask):
+        if a is not None:
+            h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _part_of_graph(graph: Graph, comm: Communicator, method: str) -> Any:
+    """This rank's part of ``graph``: the whole graph on one rank, else partitioned here.
+
+    Rank 0 assigns the owners (``method``, seed 0) and sends them to every rank; each rank
+    builds the parts in a private temporary directory, loads its own and removes the rest.
+    """
+    if comm.size == 1:
+        return whole_graph_part(graph)
+    digests = comm.allgather_object(_graph_digest(graph))
+    if len(set(digests)) != 1:
+        raise ConfigError(
+            "load_part: the ranks were given different graphs; give every rank the same"
+        )
+    owner = assign_parts(graph, comm.size, method=method, seed=0) if comm.rank == 0 else None
+    owner = comm.allgather_object(owner)[0]
+    tmp = tempfile.mkdtemp(prefix=f"fullgraph-part-{os.getpid()}-")
+    try:
+        out = os.path.join(tmp, "parts")
+        write_partitions(graph, owner, out, method=method, seed=0, num_parts=comm.size)
+        return load_partition(out, comm.rank, mmap=False, verify_checksums=False)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _communicator(threads: int | None) -> Communicator:
+    """The communicator of the launcher that started us (closed at exit); sets the threads."""
+    info = detect_launch()
+    comm = create_communicator(resolve_transport("auto", info), info)
+    atexit.register(comm.close)
+    if threads is not None or info.size > 1:
+        n = threads or default_threads(info)
+        torch.set_num_threads(n)
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    return comm
+
+
+def load_part(
+    source: str | os.PathLike[str] | Graph | Any,
+    comm: Communicator | None = None,
+    *,
+    seed: int = 0,
+    method: str = "metis",
+    threads: int | None = None,
+    quiet: bool = True,
+) -> Any:
+    """This rank's part of a graph as a PyG ``Data`` object (a collective: every rank calls it).
+
+    Args:
+        source: a partition directory (``fullgraph partition``; one part per rank, read from
+            disk: the way for large graphs), or a whole graph held by every rank, as a
+            :class:`~fullgraph.datasets.Graph` or a PyG ``Data`` with ``edge_index`` and ``y``
+            (one rank: the whole graph; several: partitioned here with ``method``).
+        comm: the communicator; by default the launcher's (``mpirun``, ``srun``, ``torchrun``,
+            or none: one process), created here and closed at exit.
+        seed: seed of the dropout streams (:func:`fullgraph.pyg.dropout`).
+        method: partitioning method when ``source`` is a whole graph and there are several
+            ranks (``metis``, ``random``, ``contiguous``).
+        threads: compute threads of this rank when the communicator is created here (default
+            with several ranks: the node's cores divided by its ranks).
+        quiet: with several ranks, ranks other than 0 send their standard output to
+            ``os.devnull`` (the script's prints appear once; errors still reach stderr).
+
+    Returns:
+        ``Data(x, y, train_mask, val_mask, test_mask, num_nodes, num_classes, edge_index,
+        fullgraph)`` of this rank's inner nodes; ``edge_index`` and ``fullgraph`` are the
+        rank's :class:`PartGraph`.
+
+    Raises:
+        ConfigError: the rank count differs from the directory's part count, or the ranks were
+            given different graphs.
+        PartitionError: a missing or corrupted part (from the loader).
+        DataError: a graph without features or training nodes.
+    """
+    from torch_geometric.data import Data
+
+    comm = comm if comm is not None else _communicator(threads)
+    if isinstance(source, (str, os.PathLike)):
+        meta, _ = read_meta(partition_root(source))
+        if int(meta["num_parts"]) != comm.size:
+            raise ConfigError(
+                f"{source} has {meta['num_parts']} parts but {comm.size} ranks were started; "
+                f"start one rank per part"
+            )
+        part = load_partition(source, comm.rank)
+    else:
+        graph = source if isinstance(source, Graph) else from_pyg(source, "pyg")
+        part = _part_of_graph(graph, comm, method)
+    if quiet and comm.rank > 0:
+        sys.stdout = open(os.devnull, "w")  # for the rest of the process
+    t = part_tensors(part)
+    pg = PartGraph(part, comm, seed)
+    data = Data(
+        x=t["x"],
+        y=t["y"],
+        train_mask=t["train"],
+        val_mask=t["val"],
+        test_mask=t["test"],
+        num_nodes=int(part.num_inner),
+        num_classes=int(part.num_classes),
+    )
+    data.edge_index = pg
+    data.fullgraph = pg
+    return data
+
+
+def part_graph_of(data: Any, where: str) -> PartGraph:
+    """The :class:`PartGraph` of ``data`` (from :func:`load_part`).
+
+    Raises:
+        ConfigError: ``data`` does not come from :func:`load_part`.
+    """
+    pg = getattr(data, "fullgraph", None) if data is not None else None
+    if isinstance(data, PartGraph):
+        return data
+    if not isinstance(pg, PartGraph):
+        raise ConfigError(
+            f"{where}: data must come from fullgraph.pyg.load_part (got {type(data).__name__})"
+        )
+    return pg

@@ -1,0 +1,156 @@
+"""What happens around every forward and backward pass of a converted model.
+
+:func:`fullgraph.pyg.distribute` gives the model a :class:`ModelRun`, which hooks its forward:
+
+- before: a training pass advances the part's step (it keys the dropout masks with the index
+  of each dropout call in the pass), and the part becomes the one
+  :func:`fullgraph.pyg.dropout` draws for;
+- after: a training pass that drew from torch's random generator is refused (``F.dropout``,
+  ``torch.rand``: their draws differ between ranks, so P ranks would not compute what one
+  process computes), and the outputs are marked so that their backward pass ends with the
+  gradient all-reduce;
+- at the end of the backward pass (``loss.backward()``): every gradient of the model is summed
+  over the ranks in one fixed-order all-reduce
+  (:func:`fullgraph.training.epochs.reduce_gradients`, which stops on a non-finite value), so
+  every rank holds the one-process gradient before ``optimizer.step()``. A parameter without a
+  gradient on every rank keeps none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from fullgraph.errors import ConfigError
+from fullgraph.pyg.part_data import PartGraph
+from fullgraph.training.epochs import reduce_gradients
+
+#: The parts of the converted models whose forward pass is running (innermost last).
+_ACTIVE: list[PartGraph] = []
+
+
+def active_part() -> PartGraph | None:
+    """The part of the converted model whose forward pass is running, or ``None``."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+def _rng_states() -> list[torch.Tensor]:
+    states = [torch.random.get_rng_state()]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states.append(torch.cuda.get_rng_state())
+    return states
+
+
+class _ReduceAfterBackward(torch.autograd.Function):
+    """Identity on a model output; its backward schedules the gradient all-reduce."""
+
+    @staticmethod
+    def forward(ctx: Any, out: torch.Tensor, run: ModelRun) -> torch.Tensor:
+        """``out`` unchanged."""
+        ctx.run = run
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """``grad`` unchanged; the all-reduce runs once the whole backward pass is done."""
+        ctx.run.schedule_reduce()
+        return grad, None
+
+
+class ModelRun:
+    """The forward hooks and the gradient all-reduce of one converted model.
+
+    Args:
+        model: the converted model (its root module).
+        part: the rank's part.
+    """
+
+    def __init__(self, model: nn.Module, part: PartGraph) -> None:
+        self.model, self.part = model, part
+        self._rng: list[torch.Tensor] | None = None
+        self._scheduled = False
+        self._reduced_step = -1
+        model.register_forward_pre_hook(self._before)
+        model.register_forward_hook(self._after, always_call=True)
+
+    def _before(self, module: nn.Module, args: Any) -> None:
+        if module.training:
+            self.part.step += 1
+        self.part.stream = 0
+        _ACTIVE.append(self.part)
+        self._rng = _rng_states() if module.training else None
+
+    def _after(self, module: nn.Module, args: Any, output: Any) -> Any:
+        if _ACTIVE and _ACTIVE[-1] is self.part:
+            _ACTIVE.pop()
+        if output is None or not module.training:
+            return output
+        before, self._rng = self._rng, None
+        if before is not None and any(
+            not torch.equal(a, b) for a, b in zip(before, _rng_states(), strict=True)
+        ):
+            raise ConfigError(
+                f"{type(module).__name__}.forward drew from torch's random generator in a "
+                f"training pass (F.dropout, torch.rand, ...): the draws differ between ranks, so "
+                f"P ranks would not compute what one process computes; use "
+                f"fullgraph.pyg.dropout(x, p, training) or torch.nn.Dropout modules"
+            )
+        if torch.is_grad_enabled():
+            return self._mark(output)
+        return output
+
+    def _mark(self, output: Any) -> Any:
+        """``output`` with every tensor that requires a gradient passed through the marker."""
+        if isinstance(output, torch.Tensor):
+            if output.requires_grad:
+                return _ReduceAfterBackward.apply(output, self)
+            return output
+        if isinstance(output, tuple) and not hasattr(output, "_fields"):
+            return tuple(self._mark(o) for o in output)
+        if isinstance(output, list):
+            return [self._mark(o) for o in output]
+        if isinstance(output, dict):
+            return {k: self._mark(v) for k, v in output.items()}
+        return output
+
+    def schedule_reduce(self) -> None:
+        """Run :meth:`reduce` once at the end of the backward pass now running."""
+        if not self._scheduled:
+            self._scheduled = True
+            torch.autograd.Variable._execution_engine.queue_callback(self.reduce)
+
+    def reduce(self) -> None:
+        """Sum every gradient of the model over the ranks, in place (a collective).
+
+        Raises:
+            ConfigError: a second backward pass through the same training forward pass (its
+                gradients would be summed over the ranks twice).
+            TrainingDiverged: a summed gradient is not finite.
+        """
+        self._scheduled = False
+        step = self.part.step
+        if self._reduced_step == step:
+            raise ConfigError(
+                f"a second backward pass through training forward pass {step}: run one "
+                f"backward per forward (the gradients are summed over the ranks at its end)"
+            )
+        self._reduced_step = step
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if not params:
+            return
+        like = params[0]
+        present = torch.tensor(
+            [float(p.grad is not None) for p in params], dtype=like.dtype, device=like.device
+        )
+        flags = nn.Parameter(torch.zeros_like(present), requires_grad=False)
+        flags.grad = present
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        loss = torch.zeros((), dtype=like.dtype, device=like.device)
+        reduce_gradients([*params, flags], loss, self.part.comm, step, "training step")
+        for p, seen in zip(params, flags.grad.tolist(), strict=True):
+            if seen == 0:
+                p.grad = None

@@ -1,0 +1,238 @@
+"""Distributed twins of PyG layers: the same parameters, the rank's rows, exact across ranks.
+
+A twin takes the place of a PyG (or torch) module in the user's model and holds that module's
+parameters and buffers themselves (the same ``nn.Parameter`` objects, under the same names, so
+the optimiser built on the model keeps working and ``state_dict`` keys are unchanged). It is
+called as the original (``conv(x, edge_index)``), with ``edge_index`` the part's
+:class:`~fullgraph.pyg.part_data.PartGraph`, and computes this rank's rows of what the original
+computes on the whole graph:
+
+- ``GCNConv`` and ``SAGEConv(aggr="mean")`` aggregate with the operators of
+  :mod:`fullgraph.models.layers` (global degrees; halo rows exchanged, overlapped with the inner
+  product), transforming first when that narrows the exchange;
+- ``GATConv`` is the ``gat`` layer kind of :mod:`fullgraph.models.layers` (attention dropout
+  from counter hashes);
+- ``BatchNorm1d`` (also inside PyG's ``BatchNorm``) is
+  :class:`~fullgraph.models.norm.GraphBatchNorm`: moments over every rank's rows;
+- ``Dropout`` is :func:`fullgraph.pyg.dropout`: masks hashed from the global node ids.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fullgraph.errors import ConfigError
+from fullgraph.models.context import GraphContext
+from fullgraph.models.layers import layer_class
+from fullgraph.models.norm import GraphBatchNorm
+from fullgraph.pyg.helpers import dropout
+from fullgraph.pyg.part_data import PartGraph
+
+
+def _context(twin: nn.Module, kind: str, x: Any, edge_index: Any, **unused: Any) -> GraphContext:
+    """The context of ``twin``'s part after checking the call (rows, edge_index, options)."""
+    name = type(twin).__name__
+    part: PartGraph = twin._part
+    if edge_index is not part:
+        raise ConfigError(
+            f"{name}: edge_index must be data.edge_index of the data the model was converted "
+            f"with (the rank's part), not {type(edge_index).__name__}"
+        )
+    given = [k for k, v in unused.items() if v is not None]
+    if given:
+        raise ConfigError(f"{name}: {', '.join(given)} is not supported by the distributed layer")
+    part.check_rows(x, name)
+    return part.context(kind, x)
+
+
+def _aggregate_linear(
+    ctx: GraphContext, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``A x W^T + b``, transforming first when that narrows the halo exchange (as the
+    full-batch layers do: both orders give the same result up to rounding)."""
+    if weight.shape[0] <= weight.shape[1]:
+        out = ctx.aggregate(F.linear(x, weight))
+        return out if bias is None else out + bias
+    return F.linear(ctx.aggregate(x), weight, bias)
+
+
+class GCNConvTwin(nn.Module):
+    """``GCNConv`` on the rank's rows: ``D^-1/2 (A + I) D^-1/2 (X W) + b``, global degrees.
+
+    Args:
+        conv: the PyG layer (its ``lin`` and ``bias`` are taken over).
+        part: the rank's part.
+    """
+
+    def __init__(self, conv: nn.Module, part: PartGraph) -> None:
+        super().__init__()
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.lin = conv.lin
+        self.register_parameter("bias", conv.bias)
+        self._part = part
+
+    def forward(
+        self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """This rank's rows of ``GCNConv(x, edge_index)``; edge weights are not supported."""
+        ctx = _context(self, "gcn", x, edge_index, edge_weight=edge_weight)
+        return _aggregate_linear(ctx, x, self.lin.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}"
+
+
+class SAGEConvTwin(nn.Module):
+    """``SAGEConv(aggr="mean")`` on the rank's rows: ``mean(X_N(i)) W_l + b + X_i W_r``.
+
+    ``project`` (a ReLU-activated linear map of the neighbours first), ``root_weight`` and
+    ``normalize`` behave as in PyG.
+
+    Args:
+        conv: the PyG layer (its ``lin_l``, ``lin_r`` and ``lin`` are taken over).
+        part: the rank's part.
+    """
+
+    def __init__(self, conv: nn.Module, part: PartGraph) -> None:
+        super().__init__()
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.normalize, self.root_weight = conv.normalize, conv.root_weight
+        self.project = bool(conv.project)
+        if self.project:
+            self.lin = conv.lin
+        self.lin_l = conv.lin_l
+        if self.root_weight:
+            self.lin_r = conv.lin_r
+        self._part = part
+
+    def forward(self, x: torch.Tensor, edge_index: Any, size: Any = None) -> torch.Tensor:
+        """This rank's rows of ``SAGEConv(x, edge_index)`` (no bipartite input)."""
+        ctx = _context(self, "sage", x, edge_index, size=size)
+        src = self.lin(x).relu() if self.project else x
+        out = _aggregate_linear(ctx, src, self.lin_l.weight, self.lin_l.bias)
+        if self.root_weight:
+            out = out + self.lin_r(x)
+        if self.normalize:
+            out = F.normalize(out, p=2.0, dim=-1)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}, aggr=mean"
+
+
+@functools.cache
+def gat_twin_class() -> type[nn.Module]:
+    """The twin of ``GATConv``: a subclass of the ``gat`` layer kind (looked up on first use).
+
+    Raises:
+        ConfigError: no ``gat`` layer kind is registered.
+    """
+    base = layer_class("gat")
+
+    class GATConvTwin(base):  # type: ignore[valid-type,misc]
+        """``GATConv`` on the rank's rows: the ``gat`` layer with the PyG layer's parameters.
+
+        Args:
+            conv: the PyG layer (``lin``, ``att_src``, ``att_dst``, ``bias``, ``res``).
+            part: the rank's part.
+            index: the layer's ordinal among the model's attention layers (keys its
+                attention-dropout masks).
+        """
+
+        def __init__(self, conv: nn.Module, part: PartGraph, index: int) -> None:
+            with torch.random.fork_rng(devices=[]):  # the throw-away weights draw nothing
+                super().__init__(
+                    conv.in_channels,
+                    conv.out_channels,
+                    conv.heads,
+                    concat=conv.concat,
+                    attention_dropout=conv.dropout,
+                )
+            self.lin = conv.lin
+            self.att_src, self.att_dst = conv.att_src, conv.att_dst
+            if conv.bias is not None:
+                self.bias = conv.bias
+            else:  # no bias: a zero that is neither trained nor saved
+                del self._parameters["bias"]
+                zero = torch.zeros(self.out_dim, dtype=conv.att_src.dtype)
+                self.register_buffer("bias", zero.to(conv.att_src.device), persistent=False)
+            self.res = conv.res
+            self._part, self._index = part, index
+
+        def forward(  # type: ignore[override]
+            self,
+            x: torch.Tensor,
+            edge_index: Any,
+            edge_attr: Any = None,
+            size: Any = None,
+            return_attention_weights: Any = None,
+        ) -> torch.Tensor:
+            """This rank's rows of ``GATConv(x, edge_index)``."""
+            ctx = _context(
+                self,
+                "gat",
+                x,
+                edge_index,
+                edge_attr=edge_attr,
+                size=size,
+                return_attention_weights=return_attention_weights,
+            )
+            part = self._part
+            out = super().forward(
+                x, ctx, epoch=part.step, training=self.training, index=self._index
+            )
+            return out if self.res is None else out + self.res(x)
+
+    return GATConvTwin
+
+
+class BatchNormTwin(GraphBatchNorm):
+    """``BatchNorm1d`` over every node of the graph, whichever rank holds it.
+
+    Training normalises with the moments of all ranks' rows (all-reduced) and updates the
+    running statistics as torch does; evaluation uses the running statistics.
+
+    Args:
+        bn: the torch module (``weight``, ``bias`` and the running statistics are taken over).
+        part: the rank's part.
+    """
+
+    def __init__(self, bn: nn.BatchNorm1d, part: PartGraph) -> None:
+        super().__init__(bn.num_features, eps=bn.eps, momentum=bn.momentum)
+        self.weight, self.bias = bn.weight, bn.bias
+        self.running_mean, self.running_var = bn.running_mean, bn.running_var
+        self.num_batches_tracked = bn.num_batches_tracked
+        self.num_features = bn.num_features
+        self._part = part
+
+    def forward(self, x: torch.Tensor, comm: Any = None) -> torch.Tensor:  # type: ignore[override]
+        """Normalise this rank's node rows ``x``."""
+        self._part.check_rows(x, type(self).__name__)
+        return super().forward(x, self._part.comm)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+class HashedDropout(nn.Module):
+    """``nn.Dropout`` with masks hashed from (seed, step, call index, global node id, column).
+
+    Args:
+        p: drop probability.
+    """
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """:func:`fullgraph.pyg.dropout` of ``x``."""
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
