@@ -36,6 +36,22 @@ def split_name(mask_name: str) -> str:
     return mask_name.removesuffix("_mask")
 
 
+def nonfinite_rows(x: np.ndarray, block_rows: int = 1 << 16) -> np.ndarray:
+    """Rows of ``x`` holding a NaN or an infinity, ascending.
+
+    Checked in blocks of ``block_rows`` rows, so that the temporary mask stays small for a
+    feature matrix of any size (a memory-mapped one is read once, block by block).
+
+    Shapes:
+        - ``x``: [num_nodes, num_features]; result: int64 [rows found]
+    """
+    found = [
+        lo + np.flatnonzero(~np.isfinite(x[lo : lo + block_rows]).all(axis=1))
+        for lo in range(0, x.shape[0], block_rows)
+    ]
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
 @dataclass
 class Graph:
     """A node-classification graph held as CSR of incoming edges.
@@ -106,8 +122,8 @@ class Graph:
                 raise DataError(
                     f"{self.name}: features have shape {self.x.shape}, expected ({n}, F)"
                 )
-            if not np.isfinite(self.x).all():
-                rows = np.unique(np.nonzero(~np.isfinite(self.x))[0])
+            rows = nonfinite_rows(self.x)
+            if rows.size:
                 raise DataError(
                     f"{self.name}: features hold NaN or infinite values in {rows.size} rows "
                     f"(first: node {int(rows[0])})"

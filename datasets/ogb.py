@@ -28,6 +28,7 @@ from fullgraph.datasets.graph import Graph, first_overlap
 from fullgraph.datasets.ogb_writer import MARKER_FORMAT
 from fullgraph.datasets.paths import raw_dir
 from fullgraph.errors import DataError
+from fullgraph.resources import drop_resident_pages
 
 log = logging.getLogger(__name__)
 
@@ -391,4 +392,8 @@ def read_ogb(
     graph.validate()
     if parsed and cache:  # only what passed every check is cached
         _save_cache(cache_dir, key, arrays)
+    if mmap and not parsed:
+        # validation read every page; do not keep them all resident in this process
+        for array in arrays.values():
+            drop_resident_pages(array)
     return graph

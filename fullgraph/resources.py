@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import mmap
 import resource
 import sys
 import time
@@ -48,6 +49,31 @@ def release_freed_memory(threshold_bytes: int = 4 << 20) -> bool:
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold_bytes)))
     except (OSError, AttributeError):
         return False
+
+
+def drop_resident_pages(array: object) -> bool:
+    """Unmap the resident pages of a read-only memory-mapped array from this process.
+
+    The pages stay in the kernel's page cache (shared with every process mapping the file, and
+    reclaimable), so the next read of them is a minor fault; they just stop counting in this
+    process's resident set. For arrays that were read once (a validation pass) and are read
+    again later only in part.
+
+    Args:
+        array: typically an ``np.memmap`` opened with mode ``"r"``.
+
+    Returns:
+        ``True`` if pages were dropped; ``False`` for anything else (in-memory arrays, writable
+        or copy-on-write maps, platforms without ``madvise``), which is left as it is.
+    """
+    mm = getattr(array, "_mmap", None)
+    if getattr(array, "mode", None) != "r" or mm is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    try:
+        mm.madvise(mmap.MADV_DONTNEED)
+    except (OSError, ValueError):  # closed map, or the kernel refused
+        return False
+    return True
 
 
 @dataclass

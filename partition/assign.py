@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -29,11 +30,42 @@ def check_num_parts(num_parts: int, num_nodes: int) -> None:
         raise ConfigError(f"cannot split {num_nodes} nodes into {num_parts} parts (P > num_nodes)")
 
 
+@numba.njit(cache=True, nogil=True)
+def _is_simple_symmetric(indptr, indices):  # pragma: no cover - compiled by numba
+    """True iff every row is strictly increasing, holds no self-loop, and ``u -> v`` has ``v -> u``.
+
+    One pass over the rows ``u`` in ascending order: each entry ``v`` of row ``u`` must be the
+    next unmatched entry of row ``v`` (a cursor per row). The rows ``u`` listing ``v`` come in
+    ascending order, so every cursor reaching its row's end means row ``v`` is exactly that
+    ascending list: the transpose equals the matrix. Needs one node-sized cursor array and no
+    edge-sized temporary; memory-mapped arrays are read in place.
+    """
+    n = indptr.shape[0] - 1
+    cursor = indptr[:-1].copy()
+    for u in range(n):
+        prev = -1
+        for e in range(indptr[u], indptr[u + 1]):
+            v = indices[e]
+            if v <= prev or v == u:
+                return False
+            prev = v
+            c = cursor[v]
+            if c == indptr[v + 1] or indices[c] != u:
+                return False
+            cursor[v] = c + 1
+    for v in range(n):
+        if cursor[v] != indptr[v + 1]:
+            return False
+    return True
+
+
 def symmetric_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """CSR of the graph made undirected, without self-loops or duplicate edges.
 
     A graph that is already symmetric, sorted and free of self-loops (what the loaders return)
-    is passed through without a copy; otherwise ``A + A^T`` is built with scipy.
+    is passed through without a copy: the returned arrays are ``graph.indptr`` and
+    ``graph.indices`` themselves (memory-mapped ones stay memory-mapped), checked by one pass
+    without edge-sized temporaries. Otherwise ``A + A^T`` is built with scipy.
 
     Args:
         graph: the input graph (directed or not).
@@ -45,21 +77,15 @@ def symmetric_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
         - ``xadj``: [num_nodes + 1]; ``adjncy``: [number of undirected edges * 2]
     """
     n = graph.num_nodes
+    indptr = np.asarray(graph.indptr).astype(np.int64, copy=False)
+    indices = np.asarray(graph.indices).astype(np.int64, copy=False)
+    if _is_simple_symmetric(indptr, indices):
+        return indptr, indices
     a = sp.csr_matrix(
-        (np.ones(graph.num_edges, dtype=np.bool_), graph.indices, graph.indptr),
-        shape=(n, n),
-        copy=False,
+        (np.ones(graph.num_edges, dtype=np.bool_), indices, indptr), shape=(n, n), copy=False
     )
-    at = a.T.tocsr()  # sorted column indices
-    if (
-        a.has_canonical_format
-        and np.array_equal(a.indptr, at.indptr)
-        and np.array_equal(a.indices, at.indices)
-    ):
-        s = a
-    else:
-        s = (a + at).tocsr()
-    del at
+    s = (a + a.T.tocsr()).tocsr()  # sorted, duplicates summed
+    del a
     if s.diagonal().any():
         rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(s.indptr))
         keep = rows != s.indices

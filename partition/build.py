@@ -5,9 +5,14 @@ The on-disk layout is described in :mod:`fullgraph.partition.format`.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import numba
 import numpy as np
 from tqdm import tqdm
 
@@ -21,79 +26,210 @@ from fullgraph.partition.format import (
     PART_ARRAYS,
     file_key,
     part_dir_name,
-    sha256_file,
 )
 from fullgraph.partition.report import build_report
 from fullgraph.resources import StageTimer
 
+#: Entries (edges or feature values) a part's builder holds at a time while streaming a file.
+CHUNK_ELEMENTS = 1 << 24
 
-def save_array(root: Path, rank: int, name: str, array: np.ndarray, files: dict) -> None:
-    """Save ``array`` as ``part-<rank>/<name>.npy`` under ``root`` and record it in ``files``."""
+
+@dataclass
+class ChunkedArray:
+    """An array written piece by piece: ``chunks()`` yields consecutive row blocks.
+
+    Lets a part's large arrays (its edges, its feature rows) go to disk without ever being
+    held whole.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    chunks: Callable[[], Iterator[np.ndarray]]
+
+
+def npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
+    """The ``.npy`` header ``np.save`` writes for a C-ordered array of ``shape`` and ``dtype``."""
+    buf = io.BytesIO()
+    header = {
+        "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+        "fortran_order": False,
+        "shape": tuple(int(s) for s in shape),
+    }
+    np.lib.format.write_array_header_1_0(buf, header)
+    return buf.getvalue()
+
+
+def save_array(
+    root: Path, rank: int, name: str, array: np.ndarray | ChunkedArray, files: dict
+) -> None:
+    """Save ``array`` as ``part-<rank>/<name>.npy`` under ``root`` and record it in ``files``.
+
+    The file holds the bytes ``np.save`` would write; its SHA-256 is computed while writing.
+    A :class:`ChunkedArray` is written block by block.
+    """
     expected = PART_ARRAYS[name]
     if array.dtype != expected:
         raise PartitionError(f"internal: {name} has dtype {array.dtype}, expected {expected}")
     key = file_key(rank, name)
     path = root / key
-    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+    shape = tuple(int(s) for s in array.shape)
+    blocks = array.chunks() if isinstance(array, ChunkedArray) else iter([array])
+    header = npy_header(shape, expected)
+    digest = hashlib.sha256(header)
+    size, rows = len(header), 0
+    with open(path, "wb") as f:
+        f.write(header)
+        for block in blocks:
+            data = np.ascontiguousarray(block, dtype=expected).reshape(-1).view(np.uint8)
+            f.write(data)
+            digest.update(data)
+            size += data.nbytes
+            rows += block.shape[0]
+    if shape and rows != shape[0]:
+        raise PartitionError(f"internal: {name} got {rows} rows, expected {shape[0]}")
     files[key] = {
-        "sha256": sha256_file(path),
-        "bytes": path.stat().st_size,
-        "shape": list(array.shape),
-        "dtype": str(array.dtype),
+        "sha256": digest.hexdigest(),
+        "bytes": size,
+        "shape": list(shape),
+        "dtype": str(expected),
     }
 
 
-def _inner_part(
-    graph: Graph,
-    owner: np.ndarray,
-    num_parts: int,
-    rank: int,
-    inner: np.ndarray,
-    local_inner: np.ndarray,
-) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
-    """Arrays of one part except the send lists.
+@numba.njit(cache=True, nogil=True)
+def _mark_foreign(indptr, indices, inner, owner, rank, mark):  # pragma: no cover - compiled
+    """Set ``mark[u]`` for every source ``u`` of an edge into ``inner`` that ``rank`` does not
+    own; return the number of such (cut) edges."""
+    cut = 0
+    for i in range(inner.shape[0]):
+        v = inner[i]
+        for e in range(indptr[v], indptr[v + 1]):
+            u = indices[e]
+            if owner[u] != rank:
+                mark[u] = True
+                cut += 1
+    return cut
+
+
+@numba.njit(cache=True, nogil=True)
+def _local_sources(indptr, indices, rows, local, out):  # pragma: no cover - compiled by numba
+    """``out`` = local ids (``local[u]``) of the sources of the incoming edges of ``rows``, row
+    after row in CSR order."""
+    k = 0
+    for i in range(rows.shape[0]):
+        v = rows[i]
+        for e in range(indptr[v], indptr[v + 1]):
+            out[k] = local[indices[e]]
+            k += 1
+
+
+def _edge_blocks(indptr: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive row ranges of a CSR with about :data:`CHUNK_ELEMENTS` entries each.
+
+    Args:
+        indptr: int64 row pointers [num_rows + 1].
 
     Returns:
-        ``(arrays, halo owners, number of cut incoming edges)``.
+        ``(lo, hi)`` row ranges covering every row once (one range ``(0, 0)`` for no rows).
     """
-    n = graph.num_nodes
-    ni = int(inner.size)
-    counts = graph.indptr[inner + 1] - graph.indptr[inner]
-    indptr = np.zeros(ni + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    nnz = int(indptr[-1])
-    gather = np.repeat(graph.indptr[inner] - indptr[:-1], counts) + np.arange(nnz, dtype=np.int64)
-    src = graph.indices[gather].astype(np.int64, copy=False)
-    del gather
-    src_owner = owner[src]
-    foreign = src_owner != rank
-    key = src_owner[foreign] * n + src[foreign]
-    halo_keys = np.unique(key)
-    halo_owner = halo_keys // n
-    cols = np.empty(nnz, dtype=np.int64)
-    cols[~foreign] = local_inner[src[~foreign]]
-    cols[foreign] = ni + np.searchsorted(halo_keys, key)
-    recv_offsets = np.zeros(num_parts + 1, dtype=np.int64)
-    np.cumsum(np.bincount(halo_owner, minlength=num_parts), out=recv_offsets[1:])
-    global_ids = np.concatenate([inner, halo_keys % n]).astype(np.int64)
-    x = (
-        np.zeros((ni, 0), dtype=np.float32)
-        if graph.x is None
-        else np.asarray(graph.x[inner], dtype=np.float32)
-    )
-    arrays = {
-        "global_ids": global_ids,
-        "indptr": indptr,
-        "indices": cols,
-        "in_degree": (graph.indptr[global_ids + 1] - graph.indptr[global_ids]).astype(np.int64),
-        "x": x,
-        "y": np.asarray(graph.y[inner], dtype=np.int64),
-        "train_mask": np.asarray(graph.train_mask[inner], dtype=np.bool_),
-        "val_mask": np.asarray(graph.val_mask[inner], dtype=np.bool_),
-        "test_mask": np.asarray(graph.test_mask[inner], dtype=np.bool_),
-        "recv_offsets": recv_offsets,
-    }
-    return arrays, halo_owner, int(foreign.sum())
+    num_rows = indptr.shape[0] - 1
+    starts = np.searchsorted(indptr, np.arange(0, int(indptr[-1]), CHUNK_ELEMENTS), side="right")
+    bounds = np.unique(np.concatenate([[0], np.maximum(starts - 1, 0), [num_rows]]))
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)) or [(0, 0)]
+
+
+def _row_blocks(num_rows: int, width: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of ``num_rows`` rows of ``width`` values, about
+    :data:`CHUNK_ELEMENTS` values each."""
+    step = max(1, CHUNK_ELEMENTS // max(width, 1))
+    return [(s, min(s + step, num_rows)) for s in range(0, num_rows, step)]
+
+
+class _PartBuilder:
+    """Builds the parts of one partitioning one at a time, reading the graph in place.
+
+    The graph's arrays are only read (they may be memory-mapped); per part the builder holds
+    its inner and halo ids, row pointers and masks, and streams its edges and feature rows to
+    disk in blocks of :data:`CHUNK_ELEMENTS`. Two node-sized buffers (a mark and a local-id
+    map) are reused across parts.
+    """
+
+    def __init__(self, graph: Graph, owner: np.ndarray, local_inner: np.ndarray) -> None:
+        self.graph = graph
+        self.owner = owner
+        self.local_inner = local_inner
+        self.indptr = np.asarray(graph.indptr).astype(np.int64, copy=False)
+        self.indices = np.asarray(graph.indices).astype(np.int64, copy=False)
+        self.mark = np.zeros(graph.num_nodes, dtype=np.bool_)
+        self.local = local_inner.copy()
+
+    def build(self, rank: int, inner: np.ndarray, num_parts: int) -> tuple[dict, np.ndarray, int]:
+        """Arrays of part ``rank`` except the send lists (large ones as :class:`ChunkedArray`).
+
+        Returns:
+            ``(arrays, halo owners, number of cut incoming edges)``.
+        """
+        graph, indptr = self.graph, self.indptr
+        ni = int(inner.size)
+        counts = indptr[inner + 1] - indptr[inner]
+        part_indptr = np.zeros(ni + 1, dtype=np.int64)
+        np.cumsum(counts, out=part_indptr[1:])
+        del counts
+        cut = int(_mark_foreign(indptr, self.indices, inner, self.owner, rank, self.mark))
+        halo = np.flatnonzero(self.mark)  # ascending global id
+        self.mark[halo] = False
+        order = np.argsort(self.owner[halo], kind="stable")
+        halo = halo[order]  # grouped by owner rank, ascending global id within one
+        halo_owner = self.owner[halo]
+        recv_offsets = np.zeros(num_parts + 1, dtype=np.int64)
+        np.cumsum(np.bincount(halo_owner, minlength=num_parts), out=recv_offsets[1:])
+        global_ids = np.concatenate([inner, halo]).astype(np.int64, copy=False)
+        features = 0 if graph.x is None else graph.num_features
+        arrays = {
+            "global_ids": global_ids,
+            "indptr": part_indptr,
+            "indices": ChunkedArray(
+                (int(part_indptr[-1]),), np.dtype(np.int64), self._sources(inner, halo, part_indptr)
+            ),
+            "in_degree": indptr[global_ids + 1] - indptr[global_ids],
+            "x": ChunkedArray((ni, features), np.dtype(np.float32), self._features(inner)),
+            "y": np.asarray(graph.y[inner], dtype=np.int64),
+            "train_mask": np.asarray(graph.train_mask[inner], dtype=np.bool_),
+            "val_mask": np.asarray(graph.val_mask[inner], dtype=np.bool_),
+            "test_mask": np.asarray(graph.test_mask[inner], dtype=np.bool_),
+            "recv_offsets": recv_offsets,
+        }
+        return arrays, halo_owner, cut
+
+    def _sources(
+        self, inner: np.ndarray, halo: np.ndarray, part_indptr: np.ndarray
+    ) -> Callable[[], Iterator[np.ndarray]]:
+        """Blocks of the part's ``indices``: local ids (inner first, then halo) of the sources."""
+
+        def chunks() -> Iterator[np.ndarray]:
+            ni = int(inner.size)
+            self.local[halo] = ni + np.arange(halo.size, dtype=np.int64)
+            try:
+                for lo, hi in _edge_blocks(part_indptr):
+                    out = np.empty(int(part_indptr[hi] - part_indptr[lo]), dtype=np.int64)
+                    _local_sources(self.indptr, self.indices, inner[lo:hi], self.local, out)
+                    yield out
+            finally:
+                self.local[halo] = self.local_inner[halo]
+
+        return chunks
+
+    def _features(self, inner: np.ndarray) -> Callable[[], Iterator[np.ndarray]]:
+        """Blocks of the part's feature rows (an empty ``[ni, 0]`` array without features)."""
+        x = self.graph.x
+
+        def chunks() -> Iterator[np.ndarray]:
+            if x is None:
+                yield np.zeros((inner.size, 0), dtype=np.float32)
+                return
+            for lo, hi in _row_blocks(int(inner.size), x.shape[1]):
+                yield np.asarray(x[inner[lo:hi]], dtype=np.float32)
+
+        return chunks
 
 
 def write_partitions(
@@ -160,6 +296,7 @@ def write_partitions(
     local_inner = np.empty(n, dtype=np.int64)
     local_inner[order] = np.arange(n, dtype=np.int64) - offsets[owner[order]]
 
+    builder = _PartBuilder(graph, owner, local_inner)
     files: dict[str, dict] = {}
     parts: list[dict] = []
     halos: list[tuple[np.ndarray, np.ndarray]] = []
@@ -169,14 +306,12 @@ def write_partitions(
             for r in tqdm(range(num_parts), desc="build parts", unit="part", disable=None):
                 (tmp / part_dir_name(r)).mkdir()
                 inner = order[offsets[r] : offsets[r + 1]]
-                arrays, halo_owner, cut = _inner_part(
-                    graph, owner, num_parts, r, inner, local_inner
-                )
+                arrays, halo_owner, cut = builder.build(r, inner, num_parts)
                 edge_cut += cut
                 for name, array in arrays.items():
                     save_array(tmp, r, name, array, files)
                 ni = int(inner.size)
-                halos.append((arrays["global_ids"][ni:], arrays["recv_offsets"]))
+                halos.append((arrays["global_ids"][ni:].copy(), arrays["recv_offsets"]))
                 parts.append(
                     {
                         "rank": r,

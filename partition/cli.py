@@ -49,7 +49,7 @@ def _partition(args: argparse.Namespace) -> int:
     if args.parts < 1:
         check_num_parts(args.parts, 1)
     check_output(args.out, "--out", kind="dir", exist_ok=args.force)
-    graph = load(args.dataset, args.root)
+    graph = load(args.dataset, args.root, mmap=True)  # read in place: parts are built one by one
     # Raises (nothing printed as success) when --out appears meanwhile without --force, and
     # lets SIGTERM / Ctrl-C through so that the temporary directory is removed.
     meta = partition_graph(

@@ -44,7 +44,7 @@ def _verify(args: argparse.Namespace) -> int:
     if args.root is not None:
         from fullgraph.datasets import load
 
-        graph = load(args.dataset or meta["dataset"], args.root)
+        graph = load(args.dataset or meta["dataset"], args.root, mmap=True)  # read in place
     summary = verify_partitions(args.dir, graph)
     source = f"against {graph.name}" if graph is not None else "internal consistency only"
     print(

@@ -4,14 +4,10 @@ The parameters and the layer are those of the full-batch model (``model.layers[i
 neighbour mean, ``model.layers[i].root`` for the node itself, PyG ``SAGEConv`` semantics), with
 the same counter-based dropout (:func:`fullgraph.models.dropout.hashed_dropout`, keyed by global
 node id).
-Only the rows differ: a layer maps the source rows of a bipartite operator (columns) to its
-destination rows, whose local ids are the first ``num_dst`` source ids. So the same function
-serves
-
-- training on sampled blocks (:func:`block_forward`), and
-- evaluation by layer-wise full-graph inference (:func:`layerwise_inference`): every layer over
-  all nodes with the full mean adjacency, each rank computing a contiguous range of rows and
-  all-gathering them before the next layer.
+A layer maps the source rows of a bipartite operator (columns) to its destination rows, whose
+local ids are the first ``num_dst`` source ids: :func:`block_forward` runs it on the sampled
+blocks of training. Evaluation (:func:`fullgraph.minibatch.inference.layerwise_inference`) runs
+the same layer parameters over every node with the full adjacency, in row blocks.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fullgraph.distributed.communicator import Communicator
 from fullgraph.kernels import CSRMatrix, spmm
 from fullgraph.minibatch.sampler import Block
 from fullgraph.models.dropout import hashed_dropout
@@ -112,56 +107,3 @@ def block_forward(
         if i < model.num_layers - 1:
             h = F.relu(h)
     return h
-
-
-def row_range(num_nodes: int, rank: int, size: int) -> tuple[int, int]:
-    """The contiguous rows ``[lo, hi)`` rank ``rank`` computes in layer-wise inference."""
-    bounds = np.linspace(0, num_nodes, size + 1).round().astype(np.int64)
-    return int(bounds[rank]), int(bounds[rank + 1])
-
-
-def rows_operator(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int) -> CSRMatrix:
-    """Mean-normalised operator of the rows ``[lo, hi)`` of a whole graph (all columns)."""
-    ptr = np.asarray(indptr[lo : hi + 1], dtype=np.int64)
-    idx = np.asarray(indices[ptr[0] : ptr[-1]], dtype=np.int64)
-    num_cols = int(indptr.shape[0] - 1)
-    index_dtype = torch.int32 if num_cols < 2**31 else torch.int64
-    return CSRMatrix(
-        torch.from_numpy(ptr - ptr[0]), torch.from_numpy(idx).to(index_dtype), num_cols=num_cols
-    ).mean_normalized()
-
-
-def _allgather_rows(comm: Communicator, mine: torch.Tensor, counts: list[int]) -> torch.Tensor:
-    """Every rank's rows stacked in rank order (an all-to-all sending ``mine`` to everyone)."""
-    if comm.size == 1:
-        return mine
-    send = mine.contiguous().repeat(comm.size, 1)
-    return comm.alltoallv_start(send, [mine.shape[0]] * comm.size, counts, tag="eval").wait()
-
-
-@torch.no_grad()
-def layerwise_inference(
-    model: GNN, a_rows: CSRMatrix, x: torch.Tensor, comm: Communicator
-) -> torch.Tensor:
-    """Logits of this rank's rows from full-graph, layer-by-layer inference (no dropout).
-
-    Args:
-        model: a ``sage`` :class:`GNN`.
-        a_rows: :func:`rows_operator` of this rank's :func:`row_range`.
-        x: input features of all nodes [N, F].
-        comm: the communicator (every rank must call this together).
-
-    Returns:
-        float [hi - lo, num_classes] for this rank's rows.
-    """
-    _check_sage(model)
-    n = x.shape[0]
-    lo, hi = row_range(n, comm.rank, comm.size)
-    counts = [b - a for a, b in (row_range(n, r, comm.size) for r in range(comm.size))]
-    h = x
-    for i, layer in enumerate(model.layers):
-        out = sage_layer(layer.lin, layer.root, a_rows, h, h[lo:hi])
-        if i == model.num_layers - 1:
-            return out
-        h = _allgather_rows(comm, F.relu(out), counts)
-    raise AssertionError("unreachable: a GNN has at least one layer")

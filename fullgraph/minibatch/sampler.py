@@ -219,6 +219,9 @@ class NeighborSampler:
         max_deg = int(np.diff(self.indptr).max())
         self.fanouts = [max_deg if f == -1 else int(f) for f in fanouts]
         self.seed = int(seed)
+        # global id -> local id of the batch being sampled; -1 between calls (reset entry by
+        # entry, so a batch costs what it touches, not a pass over all nodes)
+        self._node_map = np.full(self.num_nodes, -1, dtype=np.int64)
 
     def sample(self, seeds: np.ndarray, epoch: int = 0, batch: int = 0) -> SampledBatch:
         """Sample the blocks of ``len(fanouts)`` hops around ``seeds``.
@@ -240,10 +243,10 @@ class NeighborSampler:
         if seeds.min() < 0 or seeds.max() >= self.num_nodes:
             bad = int(seeds.max() if seeds.max() >= self.num_nodes else seeds.min())
             raise ConfigError(f"seed node {bad} out of range [0, {self.num_nodes})")
-        node_map = np.full(self.num_nodes, -1, dtype=np.int64)
-        node_map[seeds] = np.arange(seeds.size, dtype=np.int64)
-        if int((node_map >= 0).sum()) != seeds.size:
+        if np.unique(seeds).size != seeds.size:
             raise ConfigError(f"seeds hold repeated node ids ({seeds.size} given)")
+        node_map = self._node_map  # all -1 between calls: entries set here are reset below
+        node_map[seeds] = np.arange(seeds.size, dtype=np.int64)
         # Upper bound of the node count: seeds times the product of (1 + fanout), capped at N.
         bound = seeds.size
         for f in self.fanouts:
@@ -252,13 +255,18 @@ class NeighborSampler:
         nodes[: seeds.size] = seeds
         num = seeds.size
         hop_blocks: list[Block] = []
-        for hop, fanout in enumerate(self.fanouts, start=1):
-            key = mix_key(self.seed, epoch, batch, hop)
-            dst = nodes[:num]
-            ptr, picks = _sample_rows(self.indptr, self.indices, dst, fanout, key)
-            local, new_num = _relabel(picks, node_map, nodes, num)
-            hop_blocks.append(Block(ptr, local, num_dst=num, num_src=int(new_num)))
-            num = int(new_num)
+        try:
+            for hop, fanout in enumerate(self.fanouts, start=1):
+                key = mix_key(self.seed, epoch, batch, hop)
+                dst = nodes[:num]
+                ptr, picks = _sample_rows(self.indptr, self.indices, dst, fanout, key)
+                local, new_num = _relabel(picks, node_map, nodes, num)
+                hop_blocks.append(Block(ptr, local, num_dst=num, num_src=int(new_num)))
+                num = int(new_num)
+        except BaseException:
+            node_map.fill(-1)  # a failed hop may have set entries beyond nodes[:num]
+            raise
+        node_map[nodes[:num]] = -1
         return SampledBatch(nodes=nodes[:num].copy(), num_seeds=seeds.size, blocks=hop_blocks[::-1])
 
 

@@ -1,14 +1,16 @@
 """Data-parallel mini-batch training of GraphSAGE with neighbour sampling (the baseline).
 
-Every rank holds the whole graph (as PyG's multi-GPU examples do). Each epoch the training
+Every rank reads the whole graph (as PyG's multi-GPU examples do); loaded memory-mapped, the
+ranks of one machine share its read-only arrays through the page cache. Each epoch the training
 nodes are shuffled with ``(seed, epoch)`` into global batches of ``batch_size``; rank ``r``
 samples the blocks of its contiguous share of every global batch and computes the loss summed
 over its seeds divided by the GLOBAL batch size, so that the sum of the ranks' gradients (one
 all-reduce per step through the :class:`~fullgraph.distributed.Communicator`) is the gradient of the
 whole batch. Sampling and dropout are keyed by global node ids, so P ranks and one process
-compute the same gradients. Evaluation is layer-wise full-graph inference with the rows split
-over the ranks. The epochs, their line and JSON fields are the shared skeleton of
-:mod:`fullgraph.training.epochs`.
+compute the same gradients. Evaluation is exact layer-wise full-graph inference with the rows
+split over the ranks, each rank holding only its rows of a layer
+(:mod:`fullgraph.minibatch.inference`). The epochs, their line and JSON fields are the shared
+skeleton of :mod:`fullgraph.training.epochs`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from fullgraph.datasets import Graph
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.errors import DataError
 from fullgraph.minibatch.config import MinibatchConfig
-from fullgraph.minibatch.model import block_forward, layerwise_inference, row_range, rows_operator
+from fullgraph.minibatch.inference import RowOperator, layerwise_inference, row_range
+from fullgraph.minibatch.model import block_forward
 from fullgraph.minibatch.sampler import NeighborSampler, global_batches, rank_share
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
 from fullgraph.training.epochs import EpochLoop, EpochStats, accuracies, reduce_gradients
@@ -35,7 +38,8 @@ class MinibatchTrainer(EpochLoop):
     """Trains GraphSAGE on sampled blocks; every rank of the job builds one with the same config.
 
     Args:
-        graph: the whole graph (every rank holds a copy).
+        graph: the whole graph (its arrays are only read: they may be memory-mapped and
+            shared by the ranks of a machine).
         comm: the communicator.
         config: the run's configuration.
         quiet: no per-epoch lines.
@@ -53,13 +57,14 @@ class MinibatchTrainer(EpochLoop):
         if self.train_nodes.size == 0:
             raise DataError(f"{graph.name}: graph has no training nodes")
         self.sampler = NeighborSampler(graph.indptr, graph.indices, config.fanouts, config.seed)
-        self.x = torch.from_numpy(np.ascontiguousarray(graph.x, dtype=np.float32))
-        self.y = torch.from_numpy(graph.y.astype(np.int64))
+        self.x = graph.x  # read in place: batches gather their rows
+        self.y = torch.from_numpy(np.array(graph.y, dtype=np.int64))
         self.masks = {
-            n: torch.from_numpy(getattr(graph, f"{n}_mask")) for n in ("train", "val", "test")
+            n: torch.from_numpy(np.array(getattr(graph, f"{n}_mask"), dtype=np.bool_))
+            for n in ("train", "val", "test")
         }
         self.lo, self.hi = row_range(graph.num_nodes, comm.rank, comm.size)
-        self.a_rows = rows_operator(graph.indptr, graph.indices, self.lo, self.hi)
+        self.rows = RowOperator.of(graph.indptr, graph.indices, self.lo, self.hi)
         torch.manual_seed(config.seed)
         self.model = GNN(
             "sage",
@@ -99,7 +104,9 @@ class MinibatchTrainer(EpochLoop):
             sb = self.sampler.sample(seeds, epoch=epoch, batch=index)
             stats.sample_s = time.perf_counter() - t0
             stats.sampled_edges = sb.num_sampled_edges
-            x_src = self.x.index_select(0, torch.from_numpy(sb.nodes[: sb.blocks[0].num_src]))
+            x_src = torch.from_numpy(
+                np.asarray(self.x[sb.nodes[: sb.blocks[0].num_src]], dtype=np.float32)
+            )
             logits = block_forward(
                 self.model,
                 sb.blocks,
@@ -139,7 +146,7 @@ class MinibatchTrainer(EpochLoop):
     def evaluate(self) -> dict[str, float]:
         """Train / val / test accuracy from layer-wise full-graph inference, over all ranks."""
         self.model.eval()
-        pred = layerwise_inference(self.model, self.a_rows, self.x, self.comm).argmax(dim=1)
+        pred = layerwise_inference(self.model, self.rows, self.x, self.comm).argmax(dim=1)
         rows = slice(self.lo, self.hi)
         masks = {name: m[rows] for name, m in self.masks.items()}
         return accuracies(pred, self.y[rows], masks, self.comm)

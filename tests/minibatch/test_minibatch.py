@@ -9,7 +9,8 @@ import torch
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.distributed.halo import HaloPlan
 from fullgraph.errors import ConfigError, DataError
-from fullgraph.minibatch.model import block_forward, layerwise_inference, rows_operator
+from fullgraph.minibatch.inference import RowOperator, layerwise_inference
+from fullgraph.minibatch.model import block_forward
 from fullgraph.minibatch.sampler import NeighborSampler, global_batches
 from fullgraph.minibatch.trainer import MinibatchConfig, MinibatchTrainer
 from fullgraph.models.gnn import GNN, GraphContext
@@ -38,9 +39,46 @@ def full_batch_logits(model: GNN, graph) -> torch.Tensor:
 def test_layerwise_inference_matches_full_batch_model(small_graph) -> None:
     model = sage(small_graph, layers=3).eval()
     n = small_graph.num_nodes
-    a = rows_operator(small_graph.indptr, small_graph.indices, 0, n)
+    a = RowOperator.of(small_graph.indptr, small_graph.indices, 0, n)
     got = layerwise_inference(model, a, torch.from_numpy(small_graph.x), Communicator())
     torch.testing.assert_close(got, full_batch_logits(model, small_graph), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("hidden", [32, 4])  # layer 2 aggregates first / transforms first
+def test_inference_in_small_chunks_matches_full_batch_model(make_graph, hidden) -> None:
+    graph = make_graph(num_nodes=300, num_features=12, seed=7)
+    torch.manual_seed(0)
+    model = GNN("sage", 12, hidden, graph.num_classes, 3, 0.0, 0.0).eval()
+    a = RowOperator.of(graph.indptr, graph.indices, 0, graph.num_nodes)
+    got = layerwise_inference(model, a, graph.x, Communicator(), chunk_rows=7)
+    torch.testing.assert_close(got, full_batch_logits(model, graph), atol=1e-5, rtol=1e-5)
+
+
+def test_row_operator_sorts_unsorted_rows_and_reads_sorted_ones_in_place(small_graph) -> None:
+    n = small_graph.num_nodes
+    lo, hi = 0, n
+    sorted_op = RowOperator.of(small_graph.indptr, small_graph.indices, lo, hi)
+    assert sorted_op.indices is small_graph.indices  # no copy
+    shuffled = small_graph.indices.copy()
+    rng = np.random.default_rng(0)
+    for v in range(n):
+        rng.shuffle(shuffled[small_graph.indptr[v] : small_graph.indptr[v + 1]])
+    op = RowOperator.of(small_graph.indptr, shuffled, lo, hi)
+    assert op.indices.size == int(small_graph.indptr[hi] - small_graph.indptr[lo])
+    start = int(small_graph.indptr[lo])
+    assert np.array_equal(op.indices, small_graph.indices[start : int(small_graph.indptr[hi])])
+    model = sage(small_graph, layers=2).eval()
+    x = small_graph.x
+    torch.testing.assert_close(
+        layerwise_inference(model, op, x, Communicator()),
+        layerwise_inference(model, sorted_op, x, Communicator()),
+        atol=0,
+        rtol=0,
+    )
+    with pytest.raises(ValueError, match="rows"):  # not the rows this rank computes
+        layerwise_inference(
+            model, RowOperator.of(small_graph.indptr, small_graph.indices, 1, 9), x, Communicator()
+        )
 
 
 def test_blocks_with_all_neighbours_give_full_graph_logits(small_graph) -> None:

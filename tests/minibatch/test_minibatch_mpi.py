@@ -43,6 +43,39 @@ comm.close()
 """
 
 
+INFERENCE_SCRIPT = """
+import sys
+import numpy as np
+import torch
+from fullgraph.datasets import load
+from fullgraph.distributed import create_communicator
+from fullgraph.distributed.communicator import Communicator
+from fullgraph.distributed.launch import detect_launch
+from fullgraph.minibatch.inference import RowOperator, layerwise_inference, row_range
+from fullgraph.models.gnn import GNN
+
+root, out, transport = sys.argv[1:4]
+torch.set_num_threads(1)
+graph = load("synth-tiny", root, mmap=True)
+comm = create_communicator(transport, detect_launch(), timeout_s=60)
+torch.manual_seed(0)
+# 32 -> 48 aggregates first; 48 -> 8 and 8 -> 6 classes transform first
+model = GNN("sage", graph.num_features, 48, graph.num_classes, 3, 0.0, 0.0)
+model.layers[1] = GNN("sage", 48, 8, 8, 1, 0.0, 0.0).layers[0]
+model.layers[2] = GNN("sage", 8, 8, graph.num_classes, 1, 0.0, 0.0).layers[0]
+model.eval()
+n = graph.num_nodes
+lo, hi = row_range(n, comm.rank, comm.size)
+op = RowOperator.of(graph.indptr, graph.indices, lo, hi)
+np.save(f"{out}.{comm.rank}.npy", layerwise_inference(model, op, graph.x, comm, 37).numpy())
+if comm.rank == 0:
+    whole = RowOperator.of(graph.indptr, graph.indices, 0, n)
+    np.save(f"{out}.whole.npy", layerwise_inference(model, whole, graph.x, Communicator()).numpy())
+comm.barrier()
+comm.close()
+"""
+
+
 @pytest.fixture(scope="module")
 def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("minibatch-data")
@@ -83,6 +116,17 @@ def test_two_ranks_give_the_first_step_gradient_of_one(
     g1, g2 = one_rank_gradient, np.load(two)
     assert np.abs(g1[:-1]).max() > 0
     np.testing.assert_allclose(g2, g1, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.timeout(240)
+def test_two_ranks_infer_the_logits_of_one(tiny_root, tmp_path) -> None:
+    # Each rank holds its rows of every layer; the rows travel in broadcast chunks of 37.
+    script = tmp_path / "infer.py"
+    script.write_text(INFERENCE_SCRIPT)
+    out = tmp_path / "logits"
+    run_mpi(2, [str(script), str(tiny_root), str(out), "mpi"], 200)
+    got = np.concatenate([np.load(f"{out}.{r}.npy") for r in range(2)])
+    np.testing.assert_allclose(got, np.load(f"{out}.whole.npy"), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.timeout(240)
