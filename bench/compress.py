@@ -10,10 +10,12 @@ hidden 256 under every codec and seed, each run from the same initial weights as
   0.3 points of fp32, int4 within 0.5, int2 within 1.5; int2 with error feedback reported beside;
 - time: quantize + pack + unpack seconds per step (max over ranks) / fp32 step time (target
   <= 10% at hidden 256);
-- projected epoch time on a link of bandwidth B (10 Gb/s, 100 Gb/s, 400 GB/s), model:
-  ``T = compute_fp32 + codec + (max over ranks of halo + all-reduce bytes sent) / B``, with
-  compute = measured step time minus time blocked in the exchange and all-reduce (the ranks of
-  this machine share memory), no overlap credited.
+- projected epoch time on a link of bandwidth B (10 Gb/s, 100 Gb/s, 400 GB/s), the link model
+  ``v1`` of ``bench/link_model.py`` with one rank a node: ``T = compute_fp32 + codec +
+  blocked + (max over ranks of halo + all-reduce bytes sent) / B``, compute = measured step time
+  minus the time blocked in the exchange and all-reduce, ``blocked`` = that blocked time (the
+  wait for the slowest rank stays on a network), no overlap credited. B is nominal here; the
+  measured links of ``bench/multinode_compress.py`` carry less.
 
 Usage: ``python bench/compress.py [--datasets arxiv-synth,amazon-computers,coauthor-physics]
 [--epochs arxiv-synth=4,amazon-computers=80,coauthor-physics=30] [--seeds 0,1,2]
@@ -35,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import CSVWriter, command_line
+from link_model import LinkRun, projected_epoch_s
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -201,10 +204,7 @@ def summarise(name: str, runs: list[dict], csv: CSVWriter, ranks: int) -> list[s
         ratio = base["halo_bytes"] / m["halo_bytes"]
         points = 100 * (base["test_acc"] - m["test_acc"])
         overhead = m["codec_s"] / base["step_s"]
-        proj = {
-            k: base["compute_s"] + m["codec_s"] + m["max_rank_bytes"] / bw
-            for k, bw in LINKS.items()
-        }
+        proj = {k: projected(base["compute_s"], m, bw) for k, bw in LINKS.items()}
         print(
             f"{label:>8} {100 * m['test_acc']:7.2f} {points:6.2f} {m['halo_bytes'] / 1e6:8.2f} "
             f"{ratio:7.2f} {100 * overhead:7.2f} " + " ".join(f"{v:9.3f}" for v in proj.values())
@@ -241,6 +241,20 @@ def summarise(name: str, runs: list[dict], csv: CSVWriter, ranks: int) -> list[s
     return verdicts
 
 
+def projected(compute_fp32: float, m: dict, bytes_per_s: float) -> float:
+    """Link model v1 (bench/link_model.py), one rank a node, for a codec's measurements ``m``
+    (``codec_s``, ``max_rank_bytes``, ``step_s``, ``compute_s``) at ``bytes_per_s``."""
+    run = LinkRun(
+        compute_s=compute_fp32,
+        codec_s=m["codec_s"],
+        max_rank_bytes=m["max_rank_bytes"],
+        node_bytes=m["max_rank_bytes"],
+        exchanges=0,
+        blocked_s=m["step_s"] - m["compute_s"],
+    )
+    return projected_epoch_s(run, bytes_per_s * 8, model="v1")
+
+
 def plot(all_runs: dict[str, list[dict]], out: Path) -> list[Path]:
     """Accuracy against bytes per step, and projected epoch time per link (one PNG each)."""
     import matplotlib
@@ -268,9 +282,9 @@ def plot(all_runs: dict[str, list[dict]], out: Path) -> list[Path]:
                 xytext=(4, 4),
                 fontsize=8,
             )
-            codec = statistics.mean(r["codec_s"] for r in rs)
-            rank_bytes = statistics.mean(r["max_rank_bytes"] for r in rs)
-            times = [compute + codec + rank_bytes / bw for bw in LINKS.values()]
+            keys = ("codec_s", "max_rank_bytes", "step_s", "compute_s")
+            mean = {k: statistics.mean(r[k] for r in rs) for k in keys}
+            times = [projected(compute, mean, bw) for bw in LINKS.values()]
             width = 0.8 / len(by)
             ax2.bar([j + i * width for j in range(len(LINKS))], times, width, label=label)
         ax.set_xscale("log")
@@ -279,7 +293,7 @@ def plot(all_runs: dict[str, list[dict]], out: Path) -> list[Path]:
         ax.set_title(name)
         ax2.set_xticks([j + 0.4 - 0.4 / len(by) for j in range(len(LINKS))], list(LINKS))
         ax2.set_yscale("log")
-        ax2.set_ylabel("projected epoch s (compute + codec + bytes / link)")
+        ax2.set_ylabel("projected epoch s (link model v1)")
         ax2.set_title(name)
         ax2.legend(fontsize=7)
     paths = [out / "compress_accuracy.png", out / "compress_links.png"]

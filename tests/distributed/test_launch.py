@@ -53,6 +53,13 @@ def test_detect_launch(env: dict, expected: tuple) -> None:
     assert (info.rank, info.size, info.local_rank, info.local_size, info.launcher) == expected
 
 
+def test_slurm_uneven_nodes_get_their_own_task_count() -> None:
+    env = {"SLURM_PROCID": "6", "SLURM_NTASKS": "7", "SLURM_LOCALID": "0", "SLURM_NODEID": "3",
+           "SLURM_STEP_TASKS_PER_NODE": "2(x3),1"}  # fmt: skip
+    assert detect_launch(env).local_size == 1
+    assert detect_launch({**env, "SLURM_PROCID": "2", "SLURM_NODEID": "1"}).local_size == 2
+
+
 def test_detect_launch_rejects_bad_values() -> None:
     with pytest.raises(ConfigError, match="PMI_RANK"):
         detect_launch({"PMI_RANK": "x", "PMI_SIZE": "2"})
