@@ -5,7 +5,10 @@ matrix: the mean and the (biased) variance of every feature are taken over ALL n
 graph, so a rank cannot compute them alone. :class:`GraphBatchNorm` all-reduces them (two
 passes: the sums of ``x``, then of ``(x - mean)^2``, for the same accuracy as one process), and
 its backward all-reduces the two sums the input gradient needs (``sum dy`` and
-``sum dy * x_hat``), so P ranks compute what one process computes. Running statistics (momentum
+``sum dy * x_hat``, which are also the bias and weight gradients), so P ranks compute what one
+process computes. The elementwise work is torch's fused inference-mode kernels fed with the
+global moments (about 2x torch's own ``BatchNorm1d`` per step on CPU, against 4x for plain
+tensor expressions). Running statistics (momentum
 0.1, unbiased variance, as torch) serve evaluation and travel in the model's ``state_dict``,
 hence in checkpoints.
 
@@ -25,8 +28,33 @@ from fullgraph.errors import ConfigError
 NORMS = ("none", "batch", "layer")
 
 
+def global_moments(x: torch.Tensor, comm: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Mean and biased variance of every column over all ranks' rows, and the row count.
+
+    Two passes, as one process would take them: the column sums (and row counts) all-reduced
+    give the mean; then the sums of squared deviations from it, all-reduced, the variance.
+    Sums are accumulated and travel in float64; the squares are formed in place (one temporary).
+    """
+    n_local = torch.tensor([float(x.shape[0])], dtype=torch.float64)
+    sums = torch.cat([x.sum(dim=0, dtype=torch.float64).cpu(), n_local]).to(comm.device)
+    comm.allreduce_(sums, "sum", tag="norm")
+    count = float(sums[-1])
+    mean = (sums[:-1] / count).to(device=x.device, dtype=x.dtype)
+    sq = (x - mean).square_().sum(dim=0, dtype=torch.float64).to(comm.device)
+    comm.allreduce_(sq, "sum", tag="norm")
+    var = (sq / count).to(device=x.device, dtype=x.dtype)
+    return mean, var, count
+
+
 class _GraphBatchNormFunction(torch.autograd.Function):
-    """``(x - mean) / sqrt(var + eps) * weight + bias`` with moments over every rank's rows."""
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` with moments over every rank's rows.
+
+    Forward: the global moments, then torch's fused inference-mode ``batch_norm`` with them.
+    Backward: torch's fused inference-mode backward gives ``dy * weight * invstd`` and this
+    rank's ``sum dy`` and ``sum dy * x_hat`` (the bias and weight gradients) in one pass; the
+    input gradient's batch terms need those two sums over ALL rows, one all-reduce, and then
+    ``dx -= a + x * b`` (per-column ``a``, ``b``) in place. Saved: the input and the moments.
+    """
 
     @staticmethod
     def forward(
@@ -39,36 +67,34 @@ class _GraphBatchNormFunction(torch.autograd.Function):
         stats_out: list,
     ) -> torch.Tensor:
         """Normalise with global moments; ``stats_out`` receives ``(mean, var, count)``."""
-        n_local = torch.tensor([float(x.shape[0])], dtype=torch.float64)
-        sums = torch.cat([x.sum(dim=0).double(), n_local]).to(comm.device)
-        comm.allreduce_(sums, "sum", tag="norm")
-        count = float(sums[-1])
-        mean = (sums[:-1] / count).to(device=x.device, dtype=x.dtype)
-        centred = x - mean
-        sq = (centred * centred).sum(dim=0).double().to(comm.device)
-        comm.allreduce_(sq, "sum", tag="norm")
-        var = (sq / count).to(device=x.device, dtype=x.dtype)
-        invstd = torch.rsqrt(var + eps)
-        x_hat = centred * invstd
-        ctx.comm, ctx.count = comm, count
-        ctx.save_for_backward(x_hat, invstd, weight)
-        stats_out.append((mean.detach(), var.detach(), count))
-        return x_hat * weight + bias
+        mean_x, var_x, count = global_moments(x, comm)
+        ctx.comm, ctx.count, ctx.eps = comm, count, eps
+        ctx.save_for_backward(x, mean_x, var_x, weight)
+        stats_out.append((mean_x, var_x, count))
+        return torch.nn.functional.batch_norm(
+            x, mean_x, var_x, weight, bias, training=False, momentum=0.0, eps=eps
+        )
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple:
-        """Input gradient from the global sums of ``dy * weight`` and of it times ``x_hat``."""
-        x_hat, invstd, weight = ctx.saved_tensors
+        """Input gradient from the global sums of ``dy`` and ``dy * x_hat``."""
+        x, mean, var, weight = ctx.saved_tensors
         comm, count = ctx.comm, ctx.count
-        d_weight = (dy * x_hat).sum(dim=0)
-        d_bias = dy.sum(dim=0)
-        dx_hat = dy * weight
-        sums = torch.cat([dx_hat.sum(dim=0), (dx_hat * x_hat).sum(dim=0)]).double().to(comm.device)
+        dx, d_weight, d_bias = torch.ops.aten.native_batch_norm_backward(
+            dy.contiguous(), x, weight, mean, var, None, None, False, ctx.eps, [True, True, True]
+        )
+        sums = torch.cat([d_bias, d_weight]).double().to(comm.device)
         comm.allreduce_(sums, "sum", tag="norm")
-        width = x_hat.shape[1]
-        s1 = sums[:width].to(device=dy.device, dtype=dy.dtype)
-        s2 = sums[width:].to(device=dy.device, dtype=dy.dtype)
-        dx = invstd * (dx_hat - s1 / count - x_hat * (s2 / count))
+        width = x.shape[1]
+        s_bias = sums[:width].to(device=dy.device)
+        s_weight = sums[width:].to(device=dy.device)
+        # dx = invstd w (dy - (s_bias + x_hat s_weight) / count), x_hat = (x - mean) invstd:
+        # the batch terms are a + x b with per-column a, b.
+        invstd = torch.rsqrt(var.double() + ctx.eps)
+        scale = invstd * weight.double() / count
+        b = scale * invstd * s_weight
+        a = scale * s_bias - b * mean.double()
+        dx.sub_(a.to(dx.dtype)).addcmul_(x, b.to(dx.dtype), value=-1.0)
         return dx, d_weight, d_bias, None, None, None
 
 
@@ -106,14 +132,18 @@ class GraphBatchNorm(nn.Module):
             ) + self.bias
         stats: list = []
         y = _GraphBatchNormFunction.apply(x, self.weight, self.bias, comm, self.eps, stats)
-        mean, var, count = stats[0]
-        with torch.no_grad():
-            unbiased = var * (count / max(count - 1.0, 1.0))
-            m = self.momentum
-            self.running_mean.mul_(1 - m).add_(mean, alpha=m)
-            self.running_var.mul_(1 - m).add_(unbiased, alpha=m)
-            self.num_batches_tracked += 1
+        self.update_running(*stats[0])
         return y
+
+    @torch.no_grad()
+    def update_running(self, mean: torch.Tensor, var: torch.Tensor, count: float) -> None:
+        """Fold one training step's global moments into the running statistics (as torch:
+        momentum-weighted, the variance made unbiased with ``count / (count - 1)``)."""
+        unbiased = var * (count / max(count - 1.0, 1.0))
+        m = self.momentum
+        self.running_mean.mul_(1 - m).add_(mean.to(self.running_mean.dtype), alpha=m)
+        self.running_var.mul_(1 - m).add_(unbiased.to(self.running_var.dtype), alpha=m)
+        self.num_batches_tracked += 1
 
 
 class NodeLayerNorm(nn.LayerNorm):

@@ -1,0 +1,221 @@
+"""BatchNorm over all nodes, then ReLU and the next layer's dropout, in as few passes as possible.
+
+Between two layers ``--norm batch`` computes ``drop(relu(bn(x)))``. Written as three operations
+that is about ten passes over an ``N x width`` matrix per step; the graph product that makes
+``x`` is only a few, so on a CPU the normalisation would add a third to a GCN epoch. Fused
+(CPU, float32, what :class:`BatchNormReluDropout` does):
+
+- forward: one read-only pass for the column sums and sums of squares (float64, shifted by the
+  running mean, which every rank holds alike, so nothing large cancels), one all-reduce, and the
+  pass that ReLU and dropout cost anyway, now computing ``relu((x - mean) * s + bias)`` with
+  the per-column ``s = weight / std`` before the hashed mask;
+- backward: the pass ReLU-dropout's backward costs anyway, now also summing ``g`` and
+  ``g * (x - mean)`` per column (the bias and weight gradients and the input gradient's
+  batch terms), one all-reduce, and one pass ``dx = g * s - a - (x - mean) * b`` in place.
+
+Moments and sums are accumulated per fixed block of rows and the blocks added in order, so the
+result does not depend on the thread count. Other devices and dtypes take the composed path
+(:class:`~fullgraph.models.norm.GraphBatchNorm`, then ReLU and dropout): same values to rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fullgraph.models.dropout import ReluDropout, _mix_word, stream_key
+from fullgraph.models.norm import GraphBatchNorm
+
+#: Rows per block of the per-column float64 sums (fixed: the sums do not depend on threads).
+BLOCK_ROWS = 2048
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _column_moments(x, shift, block):  # pragma: no cover - JIT
+    """Per block of rows: sum of ``x - shift`` and of its square per column, float64."""
+    n, c = x.shape
+    nb = (n + block - 1) // block
+    part = np.zeros((nb, 2, c))
+    for b in numba.prange(nb):
+        for i in range(b * block, min(n, (b + 1) * block)):
+            for j in range(c):
+                d = np.float64(x[i, j]) - shift[j]
+                part[b, 0, j] += d
+                part[b, 1, j] += d * d
+    return part
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _affine_relu_keep(x, m, s, t, gids, key, threshold, scale, out):  # pragma: no cover - JIT
+    """out = max((x - m) * s + t, 0) * (scale if kept else 0); masks as dropout's
+    ``_relu_keep``. Centring first keeps a large mean from cancelling in float32."""
+    width = x.shape[1]
+    words = (width + 3) // 4
+    w64 = np.uint64(words)
+    for i in numba.prange(x.shape[0]):
+        base = np.uint64(gids[i]) * w64
+        for w in range(words):
+            z = _mix_word(base + np.uint64(w), key)
+            for k in range(4):
+                j = 4 * w + k
+                if j < width:
+                    lane = (z >> np.uint64(16 * k)) & np.uint64(0xFFFF)
+                    v = (x[i, j] - m[j]) * s[j] + t[j]
+                    out[i, j] = v * scale if (lane >= threshold and v > 0) else np.float32(0.0)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _relu_grad_sums(out, grad, scale, x, mean, block, res):  # pragma: no cover - JIT
+    """res = grad * scale where out > 0 (else 0); per block the column sums of res and of
+    ``res * (x - mean)``, float64."""
+    n, c = x.shape
+    nb = (n + block - 1) // block
+    part = np.zeros((nb, 2, c))
+    for b in numba.prange(nb):
+        for i in range(b * block, min(n, (b + 1) * block)):
+            for j in range(c):
+                g = grad[i, j] * scale if out[i, j] > 0 else np.float32(0.0)
+                res[i, j] = g
+                part[b, 0, j] += g
+                part[b, 1, j] += np.float64(g) * (np.float64(x[i, j]) - mean[j])
+    return part
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _input_grad(g, x, m, s, a, b):  # pragma: no cover - JIT
+    """g = g * s - a - (x - m) * b in place (per-column m, s, a, b)."""
+    for i in numba.prange(g.shape[0]):
+        for j in range(g.shape[1]):
+            g[i, j] = g[i, j] * s[j] - a[j] - (x[i, j] - m[j]) * b[j]
+
+
+def _blocks_sum(part: np.ndarray) -> np.ndarray:
+    """Add the per-block partial sums in block order: [2, width] float64."""
+    total = np.zeros(part.shape[1:])
+    for blk in part:
+        total += blk
+    return total
+
+
+class BatchNormReluDropout(torch.autograd.Function):
+    """``drop(relu(batch_norm(x)))`` with moments over every rank's rows (CPU, float32)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        norm: GraphBatchNorm,
+        comm: Any,
+        drop: tuple[np.ndarray, float, int, int, int],
+        inplace_grad: bool,
+    ) -> torch.Tensor:
+        """Normalise with global moments (updating ``norm``'s running statistics), ReLU, drop.
+
+        ``drop`` = (global ids, p, seed, epoch, layer) of the hashed dropout mask;
+        ``inplace_grad``: the backward may overwrite the incoming gradient (its one consumer
+        made it afresh).
+        """
+        gids, p, seed, epoch, layer = drop
+        xc = x.detach().contiguous()
+        shift = norm.running_mean.detach().double().numpy()
+        part = _column_moments(xc.numpy(), shift, BLOCK_ROWS)
+        local = torch.from_numpy(_blocks_sum(part).reshape(-1))
+        sums = torch.cat([local, torch.tensor([float(x.shape[0])], dtype=torch.float64)])
+        comm.allreduce_(sums, "sum", tag="norm")
+        width, count = x.shape[1], float(sums[-1])
+        d_mean = sums[:width] / count
+        mean = torch.from_numpy(shift) + d_mean
+        var = (sums[width : 2 * width] / count - d_mean * d_mean).clamp_(min=0.0)
+        invstd = torch.rsqrt(var + norm.eps)
+        s = invstd * weight.detach().double()
+        scale = 1.0 / (1.0 - p)
+        out = torch.empty_like(xc)
+        _affine_relu_keep(
+            xc.numpy(),
+            mean.float().numpy(),
+            s.float().numpy(),
+            bias.detach().float().numpy(),
+            np.ascontiguousarray(gids, dtype=np.int64),
+            np.uint64(stream_key(seed, epoch, layer)),
+            np.uint64(round(p * 65536)),
+            np.float32(scale),
+            out.numpy(),
+        )
+        norm.update_running(mean.float(), var.float(), count)
+        ctx.comm, ctx.count, ctx.scale, ctx.inplace = comm, count, scale, inplace_grad
+        ctx.save_for_backward(xc, out, weight)
+        ctx.moments = (mean, invstd)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+        """ReLU-dropout backward and the two column sums in one pass; all-reduce; ``dx``."""
+        x, out, weight = ctx.saved_tensors
+        mean, invstd = ctx.moments
+        grad = grad.contiguous()
+        g = grad if ctx.inplace else torch.empty_like(x)
+        part = _relu_grad_sums(
+            out.numpy(),
+            grad.numpy(),
+            np.float32(ctx.scale),
+            x.numpy(),
+            mean.numpy(),
+            BLOCK_ROWS,
+            g.numpy(),
+        )
+        local = _blocks_sum(part)  # [sum g, sum g (x - mean)]
+        d_bias = torch.from_numpy(local[0])
+        d_weight = torch.from_numpy(local[1]) * invstd
+        sums = torch.cat([d_bias, d_weight])
+        ctx.comm.allreduce_(sums, "sum", tag="norm")
+        width = x.shape[1]
+        s_bias, s_weight = sums[:width], sums[width:]
+        # dx = s (g - (s_bias + x_hat s_weight) / count), x_hat = (x - mean) invstd, s = w invstd
+        s = invstd * weight.detach().double()
+        b = s * invstd * s_weight / ctx.count
+        a = s * s_bias / ctx.count
+        f32 = [v.float().numpy() for v in (mean, s, a, b)]
+        _input_grad(g.numpy(), x.numpy(), *f32)
+        return g, d_weight.float(), d_bias.float(), None, None, None, None
+
+
+def batch_norm_relu_dropout(
+    norm: GraphBatchNorm,
+    x: torch.Tensor,
+    comm: Any,
+    *,
+    global_ids: np.ndarray,
+    p: float,
+    seed: int,
+    epoch: int,
+    layer: int,
+    training: bool,
+    inplace_grad: bool = False,
+) -> torch.Tensor:
+    """``drop(relu(norm(x)))`` between two layers; fused on CPU float32 in training.
+
+    Args:
+        norm: the layer's BatchNorm (running statistics updated in training).
+        x: this rank's rows, [num_inner, width].
+        comm: the job's communicator (a collective in training: every rank calls it).
+        global_ids: global id of every row (keys the dropout mask).
+        p: the next layer's dropout probability (0: ReLU only).
+        seed, epoch, layer: the dropout stream (``layer`` = the next layer's index).
+        training: batch statistics and dropout, else running statistics and ReLU only.
+        inplace_grad: the output's gradient comes from one consumer that made it afresh (the
+            next layer), so the backward may overwrite it: no activation-sized buffer there.
+    """
+    if training and x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() == 2:
+        return BatchNormReluDropout.apply(
+            x, norm.weight, norm.bias, norm, comm, (global_ids, p, seed, epoch, layer), inplace_grad
+        )
+    out = norm(x, comm)
+    if training and p > 0:
+        return ReluDropout.apply(out, global_ids, p, seed, epoch, layer)
+    return F.relu(out)
