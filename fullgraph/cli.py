@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import typing
@@ -35,6 +36,11 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
         "fullgraph.training.cli",
         "train",
         "train GCN / GraphSAGE full-batch (mpirun -n P for P ranks)",
+    ),
+    (
+        "fullgraph.training.plan",
+        "plan",
+        "predict every rank's peak memory for a partition and model, before running",
     ),
     (
         "fullgraph.minibatch.cli",
@@ -114,6 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``128 + signal``.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    # Before torch loads (building the parser imports it): torch's C++ warnings (c10d's reverse
+    # look-ups of peers, each retry of a store connection) would bury the one line that names
+    # a failure; TORCH_CPP_LOG_LEVEL=INFO shows them.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)

@@ -35,6 +35,26 @@ class TrainingDiverged(FullgraphError):
     exit_code = 3
 
 
+class PeerUnreachable(FullgraphError):
+    """Another rank did not answer within the timeout: it never joined, its node or link is
+    down, or it died. The message names the ranks that do not answer a connection probe.
+
+    Attributes:
+        unreachable: rank -> why, for the ranks that did not answer (may be empty).
+        speaker: whether this rank is the one of its connected group that reports the failure
+            (the lowest rank that still answers); the others abort without repeating it.
+    """
+
+    exit_code = 4
+
+    def __init__(
+        self, message: str, unreachable: dict[int, str] | None = None, speaker: bool = True
+    ) -> None:
+        super().__init__(message)
+        self.unreachable = dict(unreachable or {})
+        self.speaker = speaker
+
+
 def mark_replicated(exc: BaseException) -> BaseException:
     """Mark ``exc`` as raised the same way by every rank, so that only rank 0 prints it.
 

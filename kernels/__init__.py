@@ -5,6 +5,7 @@ Public API:
       weights).
     - :func:`spmm`: ``A @ X``, autograd-aware; Triton on CUDA, numba on CPU, torch reference.
     - :func:`spmm_reference`: the plain-torch ``A @ X``.
+    - :func:`spmm_add_`: ``out += A @ X`` in place (the halo product), no autograd.
     - :func:`quantize`, :func:`dequantize`, :class:`QuantizedRows`, :func:`cast_half`:
       per-row min/scale quantization to 8, 4 or 2 bits, packed into bytes.
 """
@@ -18,7 +19,7 @@ from fullgraph.kernels.quantize import (
     quantize_to_bytes,
 )
 from fullgraph.kernels.quantized_rows import QuantizedRows, packed_width, record_nbytes
-from fullgraph.kernels.spmm import spmm, spmm_reference
+from fullgraph.kernels.spmm import spmm, spmm_add_, spmm_reference
 
 __all__ = [
     "CSRMatrix",
@@ -31,5 +32,6 @@ __all__ = [
     "quantize_to_bytes",
     "record_nbytes",
     "spmm",
+    "spmm_add_",
     "spmm_reference",
 ]

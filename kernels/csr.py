@@ -231,29 +231,52 @@ class CSRMatrix:
             CSRMatrix of shape ``(num_cols, num_rows)`` with the same index dtype.
         """
         if self._transpose is None:
-            n = self.nnz
-            perm_dtype = np.int32 if n < 2**31 else np.int64
-            perm = np.arange(n, dtype=perm_dtype)
-            csr = sp.csr_matrix(
-                (perm, self.indices.cpu().numpy(), self.indptr.cpu().numpy()), shape=self.shape
-            )
-            csc = csr.tocsc()  # counting sort by column, O(nnz)
-            if not csc.has_sorted_indices:
-                csc.sort_indices()
-            order = torch.from_numpy(csc.data.astype(np.int64, copy=False))
-            t_indptr = torch.from_numpy(csc.indptr.astype(np.int64))
-            t_indices = torch.from_numpy(csc.indices.astype(np.int64)).to(self.indices.dtype)
-            t_values = None if self.values is None else self.values.cpu()[order]
-            tr = CSRMatrix._trusted(
-                t_indptr.to(self.device),
-                t_indices.to(self.device),
-                None if t_values is None else t_values.to(self.device),
-                self.num_cols,
-                self.num_rows,
-            )
+            tr = self.transposed()
             tr._transpose = self
             self._transpose = tr
         return self._transpose
+
+    def without_empty_rows(self) -> tuple[torch.Tensor, CSRMatrix]:
+        """The rows holding entries, and the matrix of those rows only.
+
+        Returns:
+            ``(rows, compact)``: int64 row ids (ascending) and the CSRMatrix whose row ``i`` is
+            row ``rows[i]`` here (same columns, entries, index dtype).
+        """
+        counts = self.row_nnz()
+        rows = torch.nonzero(counts, as_tuple=True)[0]
+        indptr = torch.zeros(rows.numel() + 1, dtype=torch.int64, device=self.device)
+        torch.cumsum(counts[rows], 0, out=indptr[1:])
+        return rows, CSRMatrix._trusted(
+            indptr, self.indices, self.values, int(rows.numel()), self.num_cols
+        )
+
+    def transposed(self) -> CSRMatrix:
+        """The transpose as a new matrix, not cached (neither matrix keeps the other alive).
+
+        Returns:
+            CSRMatrix of shape ``(num_cols, num_rows)`` with the same index dtype.
+        """
+        n = self.nnz
+        perm_dtype = np.int32 if n < 2**31 else np.int64
+        perm = np.arange(n, dtype=perm_dtype)
+        csr = sp.csr_matrix(
+            (perm, self.indices.cpu().numpy(), self.indptr.cpu().numpy()), shape=self.shape
+        )
+        csc = csr.tocsc()  # counting sort by column, O(nnz)
+        if not csc.has_sorted_indices:
+            csc.sort_indices()
+        order = torch.from_numpy(csc.data.astype(np.int64, copy=False))
+        t_indptr = torch.from_numpy(csc.indptr.astype(np.int64))
+        t_indices = torch.from_numpy(csc.indices.astype(np.int64)).to(self.indices.dtype)
+        t_values = None if self.values is None else self.values.cpu()[order]
+        return CSRMatrix._trusted(
+            t_indptr.to(self.device),
+            t_indices.to(self.device),
+            None if t_values is None else t_values.to(self.device),
+            self.num_cols,
+            self.num_rows,
+        )
 
     def to(self, device: torch.device | str) -> CSRMatrix:
         """A copy on ``device`` (its cached transpose moves too); ``self`` when already there."""

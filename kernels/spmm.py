@@ -115,3 +115,46 @@ def spmm(A: CSRMatrix, X: torch.Tensor) -> torch.Tensor:
     if torch.is_grad_enabled() and X.requires_grad:
         return SpmmFunction.apply(X, A, backend)
     return spmm_forward(A, X, backend)
+
+
+#: Output elements of one row block of :func:`spmm_add_`'s product off the CPU kernel (8 MB of
+#: float32): the product is added a block at a time, so its temporary stays this small.
+ADD_BLOCK_ELEMENTS = 1 << 21
+
+
+def spmm_add_(
+    out: torch.Tensor, A: CSRMatrix, X: torch.Tensor, rows: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``out += A @ X`` in place (``out[rows] += A @ X`` with ``rows``), without autograd.
+
+    On the CPU (float32 / float64) the numba kernel adds straight into ``out``: no temporary,
+    and rows of ``A`` without entries cost only their row pointer. Elsewhere the product is
+    added one row block of at most :data:`ADD_BLOCK_ELEMENTS` elements at a time.
+
+    Args:
+        out: contiguous (modified): [A.num_rows, F], or any number of rows with ``rows``.
+        A: the sparse operator on ``out``'s device.
+        X: [A.num_cols, F] of ``out``'s dtype.
+        rows: the row of ``out`` each row of ``A`` adds into (int64, distinct), or ``None``.
+
+    Returns:
+        ``out``.
+    """
+    if A.nnz == 0 or X.shape[1] == 0:
+        return out
+    backend = select_backend(X.device, "spmm")
+    if backend.startswith("cpu") and X.dtype in (torch.float32, torch.float64):
+        from fullgraph.kernels.spmm_cpu import spmm_add_numba
+
+        return spmm_add_numba(out, A, X, rows)
+    step = max(1, ADD_BLOCK_ELEMENTS // max(int(X.shape[1]), 1))
+    for start in range(0, A.num_rows, step):
+        stop = min(start + step, A.num_rows)
+        block = A.row_block(start, stop)
+        if not block.nnz:
+            continue
+        if rows is None:
+            out[start:stop] += spmm_forward(block, X, backend)
+        else:
+            out.index_add_(0, rows[start:stop], spmm_forward(block, X, backend))
+    return out

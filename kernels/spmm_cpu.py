@@ -73,8 +73,12 @@ def _prefetch_row(typingctx, arr, row):  # pragma: no cover - compiled by numba
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _spmm_rows(indptr, indices, values, has_values, x, out, bounds):  # pragma: no cover - JIT
-    """out[r] = sum_e values[e] * x[indices[e]] for the rows of every range in ``bounds``.
+def _spmm_rows(
+    indptr, indices, values, has_values, x, out, bounds, accumulate=False, rowmap=None
+):  # pragma: no cover - JIT
+    """out[r] = sum_e values[e] * x[indices[e]] for the rows of every range in ``bounds``
+    (``out[r] +=`` with ``accumulate``; row ``r`` is ``out[rowmap[r]]`` with ``rowmap``,
+    whose entries are distinct).
 
     ``x`` must be C-contiguous (its row stride is the span prefetched).
     """
@@ -82,9 +86,10 @@ def _spmm_rows(indptr, indices, values, has_values, x, out, bounds):  # pragma: 
     last = indices.shape[0] - PREFETCH_DISTANCE
     for c in numba.prange(bounds.shape[0] - 1):
         for r in range(bounds[c], bounds[c + 1]):
-            acc = out[r]
-            for f in range(nf):
-                acc[f] = 0.0
+            acc = out[r] if rowmap is None else out[rowmap[r]]
+            if not accumulate:
+                for f in range(nf):
+                    acc[f] = 0.0
             for e in range(indptr[r], indptr[r + 1]):
                 if e < last:
                     _prefetch_row(x, indices[e + PREFETCH_DISTANCE])
@@ -181,6 +186,42 @@ def spmm_numba(A: CSRMatrix, X: torch.Tensor, out: torch.Tensor | None = None) -
     finally:
         numba.set_parallel_chunksize(previous_chunk)
     return out if out.dtype == X.dtype else out.to(X.dtype)
+
+
+def spmm_add_numba(
+    out: torch.Tensor, A: CSRMatrix, X: torch.Tensor, rows: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``out += A @ X`` in place with the numba kernel: no temporary, and rows of ``A``
+    without entries cost nothing but their row pointer.
+
+    Args:
+        out: float32 or float64, C-contiguous, on the CPU (modified): [A.num_rows, F], or any
+            number of rows with ``rows``.
+        A: CSRMatrix on the CPU.
+        X: [A.num_cols, F] of ``out``'s dtype on the CPU (any strides).
+        rows: row of ``out`` of every row of ``A`` (int64, distinct), or ``None``.
+
+    Returns:
+        ``out``.
+    """
+    if A.nnz == 0 or X.shape[1] == 0:
+        return out
+    threads = thread_count()
+    numba.set_num_threads(threads)
+    indptr = A.indptr.numpy()
+    has_values = A.values is not None
+    values = A.values.numpy() if has_values else np.empty(0, np.float32)
+    bounds = balanced_row_ranges(indptr, threads * RANGES_PER_THREAD if threads > 1 else 1)
+    previous_chunk = numba.set_parallel_chunksize(1)
+    try:
+        xc = X.contiguous().numpy()
+        rowmap = None if rows is None else rows.numpy()
+        _spmm_rows(
+            indptr, A.indices.numpy(), values, has_values, xc, out.numpy(), bounds, True, rowmap
+        )
+    finally:
+        numba.set_parallel_chunksize(previous_chunk)
+    return out
 
 
 def spmm_embedding_bag(A: CSRMatrix, X: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,8 @@ VARIANTS = [
     ("sage_sliced", "sage", 0.5),
     ("gat", "gat", 0.5),
     ("gat_norm_res", "gat", 0.5),
+    ("gcn_batchnorm", "gcn", 0.5),
+    ("sage_layernorm_res", "sage", 0.5),
 ]
 #: Further TrainConfig fields of some variants. The GAT layers of the 12-feature test graph
 #: exchange their input (12 or hidden x heads columns < heads x (hidden + 1)) except the last,
@@ -49,6 +51,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
         "norm": "batch",
         "residual": True,
     },
+    "gcn_batchnorm": {"norm": "batch"},
+    "sage_layernorm_res": {"norm": "layer", "residual": True},
 }
 #: The accuracy recipes (PyG ``examples/gcn.py`` and ``examples/gat.py``: Planetoid,
 #: row-normalised features, 200 epochs; the GAT recipe decays every layer's weights).

@@ -14,22 +14,25 @@ scatters contiguous chunks with the exact all-to-all, adds the ranks' pieces lef
 rank order and gathers the reduced chunks back (:func:`ordered_sum`), so a run at a given size
 is bit-identical over ``mpi``, ``gloo`` and ``nccl``. Maxima use the transport's reduction.
 
-Every wait of a collective lasts at most ``timeout_s`` seconds and raises :class:`TimeoutError`
-after. Bytes sent by this rank to its peers are counted per tag in
+Every wait of a collective lasts at most ``timeout_s`` seconds. A collective that times out or
+whose connection breaks raises :class:`~fullgraph.errors.PeerUnreachable` naming the ranks that
+no longer answer a connection probe (:class:`~fullgraph.distributed.network.PeerProbe`, opened
+by :meth:`Communicator.start_probe`). Bytes sent by this rank to its peers are counted per tag in
 :attr:`Communicator.bytes_sent`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from fullgraph.errors import ConfigError
+from fullgraph.errors import ConfigError, PeerUnreachable
 
 
 class PendingExchange:
@@ -75,7 +78,10 @@ class Communicator:
         rank: this process's rank.
         size: number of ranks.
         transport: the transport name.
-        timeout_s: seconds any collective may wait before :class:`TimeoutError`.
+        timeout_s: seconds any collective may wait before
+            :class:`~fullgraph.errors.PeerUnreachable`.
+        probe: this rank's listening socket and the other ranks' endpoints, once
+            :meth:`start_probe` ran (``None`` before, and for one rank).
         bytes_sent: bytes this rank sent, per tag (``halo``, ``reduce``, ...).
         wait_s: seconds spent blocked in collectives, per tag.
     """
@@ -89,6 +95,7 @@ class Communicator:
         self.bytes_sent: dict[str, int] = defaultdict(int)
         self.wait_s: dict[str, float] = defaultdict(float)
         self.device = torch.device("cpu")
+        self.probe: Any = None
 
     # -- hooks the transports override -------------------------------------------------------
     def _alltoallv(
@@ -103,8 +110,7 @@ class Communicator:
     def _broadcast(self, tensor: torch.Tensor, root: int) -> None:
         return None
 
-    def allgather_object(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj``, in rank order (small Python objects only)."""
+    def _allgather_object(self, obj: Any) -> list[Any]:
         return [obj]
 
     def abort(self, code: int = 1) -> None:
@@ -113,6 +119,52 @@ class Communicator:
 
     def close(self) -> None:
         """Release the transport's resources."""
+        if self.probe is not None:
+            self.probe.close()
+            self.probe = None
+
+    # -- failures of peers -------------------------------------------------------------------
+    def start_probe(self) -> None:
+        """Open this rank's probe socket and learn every rank's (a collective; no-op for one
+        rank or when the transport's set-up already did it)."""
+        if self.size == 1 or self.probe is not None:
+            return
+        from fullgraph.distributed.network import PeerProbe
+
+        probe = PeerProbe()
+        probe.set_peers(self.allgather_object(probe.endpoint), self.rank)
+        self.probe = probe
+
+    def unreachable_error(self, what: str, exc: BaseException) -> PeerUnreachable:
+        """The error of a collective that timed out or lost a connection: which peers do not
+        answer a probe now, and whether this rank is the one that reports it (the lowest rank
+        that still answers)."""
+        from fullgraph.distributed.network import describe_unreachable
+
+        unreachable = self.probe.unreachable() if self.probe is not None else {}
+        answering = set(range(self.size)) - set(unreachable)
+        if isinstance(exc, TimeoutError):
+            failed = f"{what} did not complete within {self.timeout_s:g} s"
+        else:
+            failed = f"{what} failed ({str(exc).splitlines()[0][:200] if str(exc) else exc!r})"
+        return PeerUnreachable(
+            f"{failed}; " + describe_unreachable(unreachable, self.probe, self.size, self.rank),
+            unreachable,
+            speaker=self.rank == min(answering | {self.rank}),
+        )
+
+    @contextlib.contextmanager
+    def _peer_failures(self, what: str) -> Iterator[None]:
+        """Turn a timeout or a broken connection inside a collective into PeerUnreachable."""
+        try:
+            yield
+        except (TimeoutError, ConnectionError) as exc:
+            raise self.unreachable_error(what, exc) from exc
+
+    def allgather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (small Python objects only)."""
+        with self._peer_failures("all-gather"):
+            return self._allgather_object(obj)
 
     # -- public collectives ------------------------------------------------------------------
     def alltoallv_start(
@@ -148,12 +200,17 @@ class Communicator:
         recv = _empty_like_rows(send, sum(recv_rows))
         peer_rows = sum(send_rows) - send_rows[self.rank]
         self.bytes_sent[tag] += peer_rows * width * send.element_size()
-        wait_fn = self._alltoallv(send, recv, send_rows, recv_rows)
+        with self._peer_failures("all-to-all"):
+            wait_fn = self._alltoallv(send, recv, send_rows, recv_rows)
 
         def booked(seconds: float) -> None:
             self.wait_s[tag] += seconds
 
-        return PendingExchange(wait_fn, recv, booked, send)
+        def guarded() -> None:
+            with self._peer_failures("all-to-all"):
+                wait_fn()
+
+        return PendingExchange(guarded, recv, booked, send)
 
     def allreduce_(
         self, tensor: torch.Tensor, op: str = "sum", tag: str = "reduce"
@@ -177,17 +234,19 @@ class Communicator:
 
         Raises:
             ConfigError: ``op`` is neither ``sum`` nor ``max``.
-            TimeoutError: a peer did not answer within ``timeout_s`` (one wait of an exchange).
+            PeerUnreachable: a peer did not answer within ``timeout_s`` (one wait of an
+                exchange) or a connection broke.
         """
         if op not in ("sum", "max"):
             raise ConfigError(f"unknown reduction {op!r} (expected sum or max)")
         t0 = time.perf_counter()
-        if self.size > 1 and op == "sum":
-            self._sum_in_rank_order(tensor, tag)
-        else:
-            if self.size > 1:
-                self.bytes_sent[tag] += tensor.numel() * tensor.element_size()
-            self._allreduce(tensor, op)
+        with self._peer_failures("all-reduce"):
+            if self.size > 1 and op == "sum":
+                self._sum_in_rank_order(tensor, tag)
+            else:
+                if self.size > 1:
+                    self.bytes_sent[tag] += tensor.numel() * tensor.element_size()
+                self._allreduce(tensor, op)
         self.wait_s[tag] += time.perf_counter() - t0
         return tensor
 
@@ -218,12 +277,14 @@ class Communicator:
 
     def broadcast_(self, tensor: torch.Tensor, root: int = 0) -> torch.Tensor:
         """Overwrite ``tensor`` on every rank with rank ``root``'s values."""
-        self._broadcast(tensor, root)
+        with self._peer_failures("broadcast"):
+            self._broadcast(tensor, root)
         return tensor
 
     def barrier(self) -> None:
         """Wait until every rank arrives (a one-element reduction, so it has a timeout)."""
-        self._allreduce(torch.zeros(1, device=self.device), "sum")
+        with self._peer_failures("barrier"):
+            self._allreduce(torch.zeros(1, device=self.device), "sum")
 
 
 def chunk_sizes(n: int, parts: int) -> list[int]:

@@ -19,13 +19,20 @@ def resolve_transport(transport: str, info: LaunchInfo) -> str:
     return "mpi" if info.under_mpi else "gloo"
 
 
-def create_communicator(transport: str, info: LaunchInfo, timeout_s: float = 300.0) -> Communicator:
+def create_communicator(
+    transport: str, info: LaunchInfo, timeout_s: float = 300.0, label: str = "fullgraph"
+) -> Communicator:
     """Build the communicator for ``transport`` from the launcher's rank and size.
+
+    Set-up is bounded by ``timeout_s`` like every collective; with several ranks every rank
+    also opens its probe socket (:meth:`Communicator.start_probe`), so that a later timeout
+    names the peers that stopped answering.
 
     Args:
         transport: ``local``, ``mpi``, ``gloo`` or ``nccl``.
         info: rank and size read by :func:`fullgraph.distributed.launch.detect_launch`.
-        timeout_s: seconds any collective may wait.
+        timeout_s: seconds the set-up and any collective may wait.
+        label: prefix of a message a set-up watchdog prints (``fullgraph train``).
 
     Returns:
         The communicator; ``local`` is only valid for a single rank.
@@ -33,6 +40,7 @@ def create_communicator(transport: str, info: LaunchInfo, timeout_s: float = 300
     Raises:
         ConfigError: unknown transport, ``local`` with several ranks, or ``mpi`` outside an
             MPI launcher with several ranks.
+        PeerUnreachable: a rank could not be reached during set-up.
     """
     if transport not in TRANSPORTS:
         raise ConfigError(f"unknown transport {transport!r} (choose from {', '.join(TRANSPORTS)})")
@@ -55,7 +63,8 @@ def create_communicator(transport: str, info: LaunchInfo, timeout_s: float = 300
                 f"MPI sees rank {comm.rank} of {comm.size} but the launcher says "
                 f"{info.rank} of {info.size}"
             )
+        comm.start_probe()
         return comm
     from fullgraph.distributed.torch_distributed import TorchCommunicator
 
-    return TorchCommunicator(transport, info, timeout_s)
+    return TorchCommunicator(transport, info, timeout_s, label)

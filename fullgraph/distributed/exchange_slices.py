@@ -15,11 +15,10 @@ from dataclasses import dataclass
 import torch
 
 #: Default of the largest send or receive buffer (bytes, over all ranks) an uncompressed
-#: exchange may use at once; a larger exchange goes in slices (:func:`slice_count`). Each extra
-#: slice costs time (the halo product is added into the whole output once per slice: 7% of an
-#: arxiv-sized step at P=2 with 3 slices), so slicing is for exchanges that are large in memory
-#: terms (``--exchange-buffer-mb``).
-DEFAULT_BUFFER_BYTES = 256 << 20
+#: exchange may use at once; a larger exchange goes in slices (:func:`slice_count`). A slice
+#: costs one more all-to-all (its halo product is added in place, over the rows it reaches), and
+#: two slices are in flight at once, so the buffers of an exchange stay under four times this.
+DEFAULT_BUFFER_BYTES = 32 << 20
 
 
 @dataclass

@@ -11,7 +11,14 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from fullgraph.distributed.communicator import Communicator
-from fullgraph.errors import ConfigError, FullgraphError, is_replicated, mark_replicated, one_line
+from fullgraph.errors import (
+    ConfigError,
+    FullgraphError,
+    PeerUnreachable,
+    is_replicated,
+    mark_replicated,
+    one_line,
+)
 
 T = TypeVar("T")
 
@@ -19,19 +26,28 @@ T = TypeVar("T")
 #: abort tears the job down.
 FLUSH_GRACE_S = 0.5
 
+#: Seconds a rank that is not its group's speaker for a PeerUnreachable waits for the speaker's
+#: abort before it reports the failure itself.
+QUIET_WAIT_S = 3.0
+
 
 def abort_job(comm: Communicator, command: str, exc: BaseException) -> None:
     """Print ``exc`` as ``fullgraph COMMAND: ...`` naming this rank, then abort every rank.
 
     Bad input (:class:`FullgraphError`) is one line; anything else carries its traceback. The
     message goes out in a single write, since a launcher such as MPICH's hydra may drop what a
-    rank writes after another process has started aborting the job.
+    rank writes after another process has started aborting the job. Of the ranks that see the
+    same peers fail (:class:`PeerUnreachable`) only the lowest that still answers reports it;
+    the others wait :data:`QUIET_WAIT_S` for its abort (and report it themselves if it does
+    not come).
 
     Args:
         comm: the job's communicator (its ``abort`` ends every rank; it never returns).
         command: the subcommand name, for the message prefix.
         exc: the exception that ended this rank's work.
     """
+    if isinstance(exc, PeerUnreachable) and not exc.speaker:
+        time.sleep(QUIET_WAIT_S)
     if isinstance(exc, FullgraphError | FileExistsError | FileNotFoundError | PermissionError):
         message = f"fullgraph {command}: error: rank {comm.rank}: {one_line(exc)}\n"
         code = exc.exit_code if isinstance(exc, FullgraphError) else 2
@@ -139,3 +155,21 @@ def injected_failure_epoch(rank: int) -> int | None:
     if not (r.strip().isdigit() and e.strip().isdigit()):
         raise ConfigError(f"FULLGRAPH_FAIL_AT={spec!r} must be RANK:EPOCH (two integers)")
     return int(e) if int(r) == rank else None
+
+
+def abort_setup(command: str, rank: int, under_mpi: bool, exc: BaseException) -> None:
+    """End this rank when its communicator could not be set up (no communicator to abort with).
+
+    Prints ``fullgraph COMMAND: error: rank R: ...`` and ends the rank: under an MPI launcher
+    through ``MPI_Abort`` (every rank ends), else with ``os._exit`` (the launcher, e.g. torchrun,
+    ends this node's other ranks; the ranks elsewhere fail their own set-up within the timeout).
+    """
+    code = exc.exit_code if isinstance(exc, FullgraphError) else 1
+    sys.stderr.write(f"fullgraph {command}: error: rank {rank}: {one_line(exc)}\n")
+    sys.stderr.flush()
+    if under_mpi:
+        time.sleep(FLUSH_GRACE_S)
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(code)
+    os._exit(code)

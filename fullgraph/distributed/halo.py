@@ -32,7 +32,7 @@ from fullgraph.distributed import exchange_slices as slicing
 from fullgraph.distributed.communicator import Communicator, PendingExchange
 from fullgraph.distributed.compression import BACKWARD, FORWARD, HaloCompression, record_bytes
 from fullgraph.distributed.exchange_slices import ExchangeSlice
-from fullgraph.kernels import CSRMatrix, spmm
+from fullgraph.kernels import CSRMatrix, spmm, spmm_add_
 
 
 @dataclass
@@ -197,6 +197,11 @@ class HaloPlan:
             exchange.wait()  # nothing runs while it is in flight
         return exchange
 
+    def inner_rows(self, piece: ExchangeSlice | None = None) -> torch.Tensor:
+        """Local inner ids of the rows sent in slice ``piece`` (all of them for ``None``),
+        grouped by peer: where the gradients returned for them are summed."""
+        return self._parts(piece)[0]
+
     def scatter_back(
         self,
         grad_inner: torch.Tensor,
@@ -253,11 +258,6 @@ class HaloExchange(torch.autograd.Function):
         return plan.scatter_back(grad, received), None
 
 
-#: Output elements of one row block of the halo product (8 MB of float32): the product is
-#: added into the inner result a block at a time, so its temporary stays this small.
-HALO_BLOCK_ELEMENTS = 1 << 21
-
-
 @dataclass
 class SplitOperator:
     """A local aggregation operator split by column block, with transposes for backward.
@@ -273,25 +273,33 @@ class SplitOperator:
     def __post_init__(self) -> None:
         self.inner_t = self.inner.t()
         self.halo_t = self.halo.t() if self.halo is not None else None
-        self._pieces: dict[tuple[int, int], CSRMatrix] = {}
-        self._blocks: dict[tuple[int, int, int], list[tuple[int, int, CSRMatrix]]] = {}
+        self._pieces: dict[tuple[int, int], tuple[torch.Tensor, CSRMatrix, CSRMatrix]] = {}
 
-    def halo_columns(self, piece: ExchangeSlice | None) -> CSRMatrix | None:
-        """The halo block's columns of the halo rows slice ``piece`` brings (all for ``None``);
-        its transpose (``.t()``) is built with it."""
-        if piece is None or self.halo is None:
-            return self.halo
+    def _piece(self, piece: ExchangeSlice) -> tuple[torch.Tensor, CSRMatrix, CSRMatrix]:
+        """Slice ``piece``'s halo columns: the inner rows they reach, those rows' block, and
+        the block's transpose (built on first use, kept; nothing of ``num_inner`` rows)."""
         key = (piece.count, piece.index)
         if key not in self._pieces:
+            assert self.halo is not None
             block = self.halo.select_columns(piece.halo_rows.to(self.halo.device))
-            block.t()
-            self._pieces[key] = block
+            rows, compact = block.without_empty_rows()
+            self._pieces[key] = (rows, compact, block.transposed())
         return self._pieces[key]
+
+    def halo_transpose(self, piece: ExchangeSlice | None) -> CSRMatrix | None:
+        """``A_halo^T`` restricted to the halo rows slice ``piece`` brings (all for ``None``):
+        rows = those halo rows, columns = inner rows."""
+        if self.halo is None:
+            return None
+        if piece is None:
+            return self.halo_t
+        return self._piece(piece)[2]
 
     def add_halo_product(
         self, y: torch.Tensor, halo: torch.Tensor, piece: ExchangeSlice | None = None
     ) -> torch.Tensor:
-        """``y += A_halo @ halo`` in place, one block of rows at a time.
+        """``y += A_halo @ halo`` in place (:func:`~fullgraph.kernels.spmm_add_`: no
+        temporary on the CPU, row blocks of at most 8 MB elsewhere).
 
         Args:
             y: the inner product, float [num_inner, W] (modified).
@@ -301,36 +309,104 @@ class SplitOperator:
         Returns:
             ``y``.
         """
-        a = self.halo_columns(piece)
-        if a is None or halo.shape[0] == 0:
+        if self.halo is None or halo.shape[0] == 0:
             return y
-        width = int(halo.shape[1])
-        key = (-1, -1, width) if piece is None else (piece.count, piece.index, width)
-        if key not in self._blocks:
-            self._blocks[key] = _row_blocks(a, width)
-        for start, stop, block in self._blocks[key]:
-            y[start:stop] += spmm(block, halo)
-        return y
+        if piece is None:
+            return spmm_add_(y, self.halo, halo)
+        rows, compact, _ = self._piece(piece)
+        return spmm_add_(y, compact, halo, rows.to(y.device))
 
 
-def _row_blocks(a: CSRMatrix, width: int) -> list[tuple[int, int, CSRMatrix]]:
-    """``a``'s non-empty row blocks whose product with ``width`` columns holds at most
-    :data:`HALO_BLOCK_ELEMENTS` elements, as ``(start, stop, block)``."""
-    step = max(1, HALO_BLOCK_ELEMENTS // max(width, 1))
-    blocks = []
-    for start in range(0, a.num_rows, step):
-        stop = min(start + step, a.num_rows)
-        block = a.row_block(start, stop)
-        if block.nnz:
-            blocks.append((start, stop, block))
-    return blocks
+def aggregate_rows(
+    h: torch.Tensor, op: SplitOperator, plan: HaloPlan, key: tuple[int, int] | None
+) -> torch.Tensor:
+    """``A_inner @ h + A_halo @ halo(h)`` without autograd, the exchange overlapped.
+
+    The exchange of slice ``k + 1`` is in flight while the halo product of slice ``k`` is
+    added, so at most two slices' send and receive buffers are alive at once
+    (:meth:`HaloPlan.slices`); each is released as soon as it is used.
+
+    Args:
+        h: rows of the inner nodes, float [num_inner, W].
+        op: the split operator.
+        plan: the exchange plan.
+        key: the exchange's key from :meth:`HaloPlan.next_key` (``None``: float32).
+
+    Returns:
+        A new tensor, float [num_inner, W].
+    """
+    if plan.comm.size == 1:
+        return spmm(op.inner, h)
+    pieces = plan.slices(int(h.shape[1]), key, FORWARD)
+
+    def start(k: int) -> PendingExchange | DecodingExchange:
+        return plan.start_forward(h, key, pieces[k])
+
+    pending: PendingExchange | DecodingExchange | None = start(0)
+    y = spmm(op.inner, h)
+    for k, piece in enumerate(pieces):
+        following = start(k + 1) if k + 1 < len(pieces) else None
+        assert pending is not None
+        halo = pending.wait()
+        pending = following
+        op.add_halo_product(y, halo, piece)
+        del halo  # at most two slices' buffers are alive at any time
+    return y
+
+
+def exchange_halo_gradients(
+    grad_y: torch.Tensor,
+    op: SplitOperator,
+    plan: HaloPlan,
+    key: tuple[int, int] | None,
+    inner: Callable[[], None],
+    receive: Callable[[torch.Tensor, torch.Tensor], None],
+) -> None:
+    """The reverse exchange of an aggregation: ``A_halo^T dY`` goes to the halo rows' owners.
+
+    ``inner()`` runs while the first slice is in flight (the caller's ``A_inner^T dY`` work);
+    then, slice by slice (the next one in flight), ``receive(rows, index)`` gets the gradient
+    rows other ranks computed for this rank's inner rows ``index`` (int64; an index may
+    repeat across calls, never within one). One process: ``inner()`` only.
+
+    Args:
+        grad_y: the gradient of the aggregation's output, float [num_inner, W], contiguous.
+        op: the split operator.
+        plan: the exchange plan.
+        key: the forward exchange's key (selects the backward codec).
+        inner: the work overlapped with the exchange.
+        receive: consumes one slice's received rows.
+    """
+    if plan.comm.size == 1:
+        inner()
+        return
+    pieces = plan.slices(int(grad_y.shape[1]), key, BACKWARD)
+
+    def start(k: int) -> PendingExchange | DecodingExchange:
+        a_t = op.halo_transpose(pieces[k])
+        if a_t is None:
+            rows = grad_y.new_zeros((0, grad_y.shape[1]))
+        else:
+            rows = spmm(a_t, grad_y)
+        return plan.start_backward(rows, key, pieces[k])  # holds ``rows`` until sent
+
+    pending: PendingExchange | DecodingExchange | None = start(0)
+    inner()
+    for k, piece in enumerate(pieces):
+        following = start(k + 1) if k + 1 < len(pieces) else None
+        assert pending is not None
+        received = pending.wait()
+        pending = following
+        if received.shape[0]:
+            receive(received, plan.inner_rows(piece).to(received.device))
+        del received
 
 
 class HaloAggregate(torch.autograd.Function):
     """``Y = A_inner @ H + A_halo @ halo(H)``, overlapping the exchange with the inner part.
 
     A wide exchange goes in slices (:meth:`HaloPlan.slices`): the next slice is in flight
-    while the halo product of the current one is added.
+    while the halo product of the current one is added (:func:`aggregate_rows`).
     """
 
     @staticmethod
@@ -341,47 +417,21 @@ class HaloAggregate(torch.autograd.Function):
             - ``h``: [num_inner, W] -> [num_inner, W].
         """
         ctx.op, ctx.plan = op, plan
-        if plan.comm.size == 1:
-            ctx.key = None
-            return spmm(op.inner, h)
-        ctx.key = plan.next_key()
-        pieces = plan.slices(int(h.shape[1]), ctx.key, FORWARD)
-
-        def start(k: int) -> PendingExchange | DecodingExchange:
-            return plan.start_forward(h, ctx.key, pieces[k])
-
-        pending = start(0)
-        y = spmm(op.inner, h)
-        for k, piece in enumerate(pieces):
-            following = start(k + 1) if k + 1 < len(pieces) else None
-            halo = pending.wait()
-            pending = following
-            op.add_halo_product(y, halo, piece)
-            del halo  # at most two slices' buffers are alive at any time
-        return y
+        ctx.key = None if plan.comm.size == 1 else plan.next_key()
+        return aggregate_rows(h, op, plan, ctx.key)
 
     @staticmethod
     def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         """Send ``A_halo^T dY`` to the owners while ``A_inner^T dY`` runs; owners sum."""
         op: SplitOperator = ctx.op
-        plan: HaloPlan = ctx.plan
         grad_y = grad_y.contiguous()
-        if plan.comm.size == 1:
-            return spmm(op.inner_t, grad_y), None, None
-        pieces = plan.slices(int(grad_y.shape[1]), ctx.key, BACKWARD)
+        out: list[torch.Tensor] = []
 
-        def start(k: int) -> PendingExchange | DecodingExchange:
-            a = op.halo_columns(pieces[k])
-            if a is None:
-                rows = grad_y.new_zeros((0, grad_y.shape[1]))
-            else:
-                rows = spmm(a.t(), grad_y)
-            return plan.start_backward(rows, ctx.key, pieces[k])  # holds ``rows`` until sent
+        def inner() -> None:
+            out.append(spmm(op.inner_t, grad_y))
 
-        pending = start(0)
-        grad_h = spmm(op.inner_t, grad_y)
-        for k, piece in enumerate(pieces):
-            following = start(k + 1) if k + 1 < len(pieces) else None
-            plan.scatter_back(grad_h, pending.wait(), piece)
-            pending = following
-        return grad_h, None, None
+        def receive(rows: torch.Tensor, index: torch.Tensor) -> None:
+            out[0].index_add_(0, index, rows)
+
+        exchange_halo_gradients(grad_y, op, ctx.plan, ctx.key, inner, receive)
+        return out[0], None, None

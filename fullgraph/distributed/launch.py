@@ -53,12 +53,21 @@ def _int(env: Mapping[str, str], name: str) -> int:
 
 
 def _slurm_local_size(env: Mapping[str, str]) -> int:
-    # "2(x3),1" style lists: take the first node's count (the usual homogeneous case).
+    """Tasks on this node: entry ``SLURM_NODEID`` of a ``2(x3),1`` style list (nodes 0-2 run
+    2 tasks, node 3 runs 1), so that uneven steps get each node's own count."""
+    node = int(env["SLURM_NODEID"]) if env.get("SLURM_NODEID", "").isdigit() else 0
     for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"):
-        if name in env:
-            first = env[name].split(",")[0].split("(")[0]
-            if first.isdigit():
-                return int(first)
+        if name not in env:
+            continue
+        counts: list[int] = []
+        for item in env[name].split(","):
+            count, _, repeat = item.partition("(x")
+            if not count.isdigit() or not (repeat == "" or repeat.rstrip(")").isdigit()):
+                counts = []
+                break
+            counts += [int(count)] * (int(repeat.rstrip(")")) if repeat else 1)
+        if counts:
+            return counts[min(node, len(counts) - 1)]
     return 1
 
 

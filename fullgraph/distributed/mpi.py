@@ -81,8 +81,8 @@ class MPICommunicator(Communicator):
         req = self._comm.Ibcast(tensor.numpy().reshape(-1), root=root)
         wait_request(req, self.timeout_s, "broadcast")
 
-    def allgather_object(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj``, in rank order (pickled; sizes exchanged first)."""
+    def _allgather_object(self, obj: Any) -> list[Any]:
+        # Pickled; the sizes go first.
         data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
         sizes = np.zeros(self.size, dtype=np.int64)
         req = self._comm.Iallgather(np.array([data.size], dtype=np.int64), sizes)
@@ -94,5 +94,11 @@ class MPICommunicator(Communicator):
         return [pickle.loads(out[d : d + s].tobytes()) for d, s in zip(displ, sizes, strict=True)]
 
     def abort(self, code: int = 1) -> None:
-        """Abort every rank of ``MPI.COMM_WORLD``."""
+        """Abort every rank of ``MPI.COMM_WORLD``, then end this process.
+
+        MPICH's ``MPI_Abort`` may return once the process manager has been told (5.0 does);
+        the rank must not go on, nor reach ``MPI_Finalize`` at exit, which waits for peers that
+        are gone.
+        """
         self._comm.Abort(code)
+        os._exit(code)

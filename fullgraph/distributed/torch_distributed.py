@@ -1,17 +1,35 @@
 """The ``gloo`` / ``nccl`` transports: torch.distributed process groups behind a Communicator.
 
-Bootstrap: under an MPI launcher rank 0 binds a free port (port 0, read back) and publishes
-``tcp://host:port`` with an MPI broadcast; under ``torchrun`` the ``MASTER_ADDR`` /
-``MASTER_PORT`` rendezvous (``env://``) is used. The process group's timeout bounds every
-collective. Sums are not the backend's ``all_reduce``: the base class adds in rank order over
-``all_to_all_single`` (on ``self.device``, so host tensors travel through the GPU for nccl).
+Set-up, bounded by the communicator's timeout as every collective is:
+
+1. rendezvous store: under ``torchrun`` the ``MASTER_ADDR`` / ``MASTER_PORT`` store (the agent's
+   when it runs one); under an MPI launcher rank 0 opens a store on a free port and publishes
+   an address every rank reaches directly (:func:`~fullgraph.distributed.network.
+   rendezvous_address`, chosen from every rank's interfaces, gathered over MPI);
+2. interface: each rank points gloo at the interface that routes to the rendezvous address
+   (``GLOO_SOCKET_IFNAME``, unless the user set it), so a host name that resolves to a
+   loopback address no longer breaks the mesh across nodes;
+3. every rank registers its probe endpoint in the store and waits for all the others: a rank
+   that never comes is named ("rank 3 never joined ...");
+4. the process group (gloo connects its full mesh); a failure names the peers that do not
+   answer a connection probe.
+
+A watchdog thread ends the rank with one line if set-up outlasts the timeout by
+:data:`SETUP_GRACE_S` anyway (a C++ call blocked past its own timeout). Sums are not the
+backend's ``all_reduce``: the base class adds in rank order over ``all_to_all_single`` (on
+``self.device``, so host tensors travel through the GPU for nccl).
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import socket
-from collections.abc import Callable
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +37,19 @@ import torch
 
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.distributed.launch import LaunchInfo
-from fullgraph.errors import ConfigError
+from fullgraph.distributed.network import (
+    PeerProbe,
+    describe_unreachable,
+    interfaces,
+    rendezvous_address,
+    resolve,
+    use_interface_for,
+    wait_for_listener,
+)
+from fullgraph.errors import ConfigError, PeerUnreachable, one_line
+
+#: Seconds the set-up watchdog allows beyond the timeout before it ends the rank itself.
+SETUP_GRACE_S = 10.0
 
 
 class TorchCommunicator(Communicator):
@@ -28,42 +58,163 @@ class TorchCommunicator(Communicator):
     Args:
         backend: ``gloo`` or ``nccl``.
         info: rank and size from the launcher.
-        timeout_s: process-group timeout for every collective.
+        timeout_s: bound of the set-up and of every collective.
+        label: prefix of the watchdog's message (``fullgraph train``).
+
+    Raises:
+        PeerUnreachable: the rendezvous or a peer could not be reached within ``timeout_s``.
     """
 
-    def __init__(self, backend: str, info: LaunchInfo, timeout_s: float = 300.0) -> None:
+    def __init__(
+        self, backend: str, info: LaunchInfo, timeout_s: float = 300.0, label: str = "fullgraph"
+    ) -> None:
         import torch.distributed as dist
 
         super().__init__(info.rank, info.size, timeout_s)
         self.transport = backend
         self._dist = dist
         self._mpi_comm = None
+        self._timeout = timedelta(seconds=timeout_s)
+        self.interface: str | None = None
         if backend == "nccl":
             if not torch.cuda.is_available():
                 raise ConfigError("transport nccl needs CUDA, but torch sees no GPU")
             self.device = torch.device("cuda", info.local_rank % torch.cuda.device_count())
             torch.cuda.set_device(self.device)
-        if info.launcher == "torchrun":
-            init_method = "env://"
-        elif info.size == 1:
-            init_method = f"tcp://127.0.0.1:{_free_port('127.0.0.1')}"
-        else:
+        if info.under_mpi and info.size > 1:
             from mpi4py import MPI
 
             self._mpi_comm = MPI.COMM_WORLD
-            address = None
-            if info.rank == 0:
-                host = socket.gethostname()
-                address = f"tcp://{host}:{_free_port('')}"
-            init_method = self._mpi_comm.bcast(address, root=0)
-        self._group = dist.init_process_group(
-            backend,
-            init_method=init_method,
-            rank=info.rank,
-            world_size=info.size,
-            timeout=timedelta(seconds=timeout_s),
-        )
-        self._timeout = timedelta(seconds=timeout_s)
+        self._where = "before the rendezvous"
+        with self._watchdog(label):
+            deadline = time.monotonic() + timeout_s
+            store, host, port = self._rendezvous(info, deadline)
+            self._where = f"rendezvous {host}:{port}"
+            if backend == "gloo":
+                self.interface = use_interface_for(host)
+            self._where += f", interface {self.interface or 'default'}"
+            self._join(store, host, port, deadline)
+            try:
+                self._group = dist.init_process_group(
+                    backend,
+                    store=dist.PrefixStore("fullgraph/pg", store),
+                    rank=info.rank,
+                    world_size=info.size,
+                    timeout=self._timeout,
+                )
+            except RuntimeError as exc:
+                raise self._setup_error(f"{backend} could not connect every rank", exc) from None
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _rendezvous(self, info: LaunchInfo, deadline: float) -> tuple[Any, str, int]:
+        """The store every rank shares, and the address and port it is reached at."""
+        dist, left = self._dist, timedelta(seconds=max(1.0, deadline - time.monotonic()))
+        if info.launcher == "torchrun":
+            host, port = os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", "29500"))
+            # Under the torchrun agent its store already listens there; every worker is a client.
+            agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+            is_master = info.rank == 0 and not agent
+            if not is_master:
+                error = wait_for_listener(host, port, deadline)
+                if error is not None:
+                    raise PeerUnreachable(
+                        f"could not reach the rendezvous {host}:{port} within "
+                        f"{self.timeout_s:g} s: {error}"
+                    )
+                left = timedelta(seconds=max(1.0, deadline - time.monotonic()))
+            try:
+                store = dist.TCPStore(
+                    host, port, info.size, is_master, timeout=left, wait_for_workers=False
+                )
+            except RuntimeError as exc:
+                raise self._setup_error(
+                    f"could not reach the rendezvous {host}:{port}", exc
+                ) from None
+            return store, host, port
+        if info.size == 1:
+            store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=left)
+            return store, "127.0.0.1", int(store.port)
+        # An MPI launcher: rank 0 opens the store and publishes an address every rank reaches.
+        from fullgraph.distributed.mpi import MPICommunicator
+
+        boot = MPICommunicator(max(1.0, deadline - time.monotonic()))
+        per_rank = boot.allgather_object(interfaces())
+        chosen: tuple[str, int] | None = None
+        store = None
+        if info.rank == 0:
+            host = rendezvous_address(per_rank, resolve(socket.gethostname()))
+            store = dist.TCPStore("0.0.0.0", 0, info.size, True, timeout=left,
+                                  wait_for_workers=False)  # fmt: skip
+            chosen = (host, int(store.port))
+        host, port = boot.allgather_object(chosen)[0]
+        if store is None:
+            try:
+                store = dist.TCPStore(host, port, info.size, False, timeout=left)
+            except RuntimeError as exc:
+                raise self._setup_error(
+                    f"could not reach the rendezvous {host}:{port}", exc
+                ) from None
+        return store, host, port
+
+    def _join(self, store: Any, host: str, port: int, deadline: float) -> None:
+        """Register this rank's probe endpoint; wait for every rank's; name those missing."""
+        probe = PeerProbe()
+        prefix = f"fullgraph/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/peer/"
+        store.set(f"{prefix}{self.rank}", pickle.dumps(probe.endpoint))
+        keys = [f"{prefix}{r}" for r in range(self.size)]
+        left = max(1.0, deadline - time.monotonic())
+        try:
+            store.wait(keys, timedelta(seconds=left))
+        except RuntimeError:
+            try:
+                missing = [r for r, k in enumerate(keys) if not store.check([k])]
+            except RuntimeError:  # the store itself is gone (rank 0 died)
+                missing = []
+            who = (
+                ", ".join(f"rank {r}" for r in missing) + " never joined"
+                if missing
+                else "the rendezvous store stopped answering"
+            )
+            raise PeerUnreachable(
+                f"{who} the rendezvous at {host}:{port} within {self.timeout_s:g} s"
+            ) from None
+        probe.set_peers([pickle.loads(store.get(k)) for k in keys], self.rank)
+        self.probe = probe
+
+    def _setup_error(self, what: str, exc: BaseException) -> PeerUnreachable:
+        """A set-up failure as one line: what failed, who does not answer, the cause."""
+        who = ""
+        if self.probe is not None:
+            who = "; " + describe_unreachable(
+                self.probe.unreachable(), self.probe, self.size, self.rank
+            )
+        cause = one_line(exc)
+        if len(cause) > 300:
+            cause = cause[:300] + " ..."
+        return PeerUnreachable(f"{what} within {self.timeout_s:g} s ({self._where}){who}: {cause}")
+
+    @contextmanager
+    def _watchdog(self, label: str) -> Iterator[None]:
+        """End this rank with one line if set-up lasts past the timeout plus a grace period."""
+        done = threading.Event()
+        limit = self.timeout_s + SETUP_GRACE_S
+
+        def watch() -> None:
+            if done.wait(limit):
+                return
+            sys.stderr.write(
+                f"{label}: error: rank {self.rank}: could not set up the {self.transport} "
+                f"connections within {limit:g} s ({self._where})\n"
+            )
+            sys.stderr.flush()
+            self.abort(PeerUnreachable.exit_code)
+
+        thread = threading.Thread(target=watch, name="fullgraph-setup-watchdog", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
 
     def _alltoallv(
         self, send: torch.Tensor, recv: torch.Tensor, send_rows: list[int], recv_rows: list[int]
@@ -76,7 +227,8 @@ class TorchCommunicator(Communicator):
         )
 
         def wait() -> None:
-            work.wait(self._timeout)
+            with _backend_errors():
+                work.wait(self._timeout)
 
         return wait
 
@@ -87,7 +239,8 @@ class TorchCommunicator(Communicator):
             return
         red = self._dist.ReduceOp.SUM if op == "sum" else self._dist.ReduceOp.MAX
         buf = tensor.to(self.device)  # nccl reduces device tensors; host metrics go through it
-        self._dist.all_reduce(buf, op=red, async_op=True).wait(self._timeout)
+        with _backend_errors():
+            self._dist.all_reduce(buf, op=red, async_op=True).wait(self._timeout)
         if buf is not tensor:
             tensor.copy_(buf)
 
@@ -95,14 +248,15 @@ class TorchCommunicator(Communicator):
         if self.size == 1:
             return
         buf = tensor.to(self.device)
-        self._dist.broadcast(buf, src=root, async_op=True).wait(self._timeout)
+        with _backend_errors():
+            self._dist.broadcast(buf, src=root, async_op=True).wait(self._timeout)
         if buf is not tensor:
             tensor.copy_(buf)
 
-    def allgather_object(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj``, in rank order."""
+    def _allgather_object(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * self.size
-        self._dist.all_gather_object(out, obj)
+        with _backend_errors():
+            self._dist.all_gather_object(out, obj)
         return out
 
     def abort(self, code: int = 1) -> None:
@@ -123,10 +277,17 @@ class TorchCommunicator(Communicator):
             self._dist.destroy_process_group()
             if self._mpi_comm is not None:
                 self._mpi_comm.Barrier()
+        super().close()
 
 
-def _free_port(host: str) -> int:
-    """A TCP port that was free a moment ago (bind port 0, read it back, release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+@contextmanager
+def _backend_errors() -> Iterator[None]:
+    """A backend's failure in a collective as :class:`TimeoutError` (it timed out) or
+    :class:`ConnectionError` (a connection broke), for :meth:`Communicator._peer_failures`."""
+    try:
+        yield
+    except RuntimeError as exc:
+        message = one_line(exc)
+        if "timed out" in message.lower() or "timeout" in message.lower():
+            raise TimeoutError(message) from exc
+        raise ConnectionError(message) from exc

@@ -219,6 +219,11 @@ class ReluDropout(torch.autograd.Function):
 
     ``d out / d x`` is ``scale`` where the output is positive and 0 elsewhere, so no mask is
     kept: the output is saved anyway by the next layer's product, so this costs no memory.
+
+    With ``inplace`` the output overwrites ``x`` and the gradient overwrites the incoming one:
+    no activation-sized buffer in either pass. Only for an ``x`` no other operation saved and
+    an output whose gradient comes from one consumer that made it afresh (the next layer; the
+    caller knows, see :class:`~fullgraph.models.gnn.GNN`).
     """
 
     @staticmethod
@@ -230,31 +235,45 @@ class ReluDropout(torch.autograd.Function):
         seed: int,
         epoch: int,
         layer: int,
+        inplace: bool = False,
     ) -> torch.Tensor:
         """``relu(x) * mask / (1 - p)`` with the mask of :func:`dropout_keep_mask`."""
         scale = 1.0 / (1.0 - p)
         key = stream_key(seed, epoch, layer)
+        inplace = inplace and x.is_contiguous()
         if x.device.type == "cpu" and x.dtype == torch.float32:
-            xc = x.detach().contiguous()
-            out = torch.empty_like(xc)
+            xc = x.detach() if inplace else x.detach().contiguous()
+            out = xc if inplace else torch.empty_like(xc)
             gids = np.ascontiguousarray(global_ids, dtype=np.int64)
             threshold = np.uint64(round(p * 65536))
             _relu_keep(xc.numpy(), gids, np.uint64(key), threshold, np.float32(scale), out.numpy())
+            if inplace:
+                ctx.mark_dirty(x)
+                out = x
         else:
             gids = torch.as_tensor(np.asarray(global_ids, dtype=np.int64), device=x.device)
-            out = torch.relu(x) * keep_scale_torch(gids, x.shape[1], p, key, scale).to(x.dtype)
-        ctx.scale = scale
+            mask = keep_scale_torch(gids, x.shape[1], p, key, scale).to(x.dtype)
+            if inplace:
+                ctx.mark_dirty(x)
+                out = x.relu_().mul_(mask)
+            else:
+                out = torch.relu(x) * mask
+        ctx.scale, ctx.inplace = scale, inplace
         ctx.save_for_backward(out)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
-        """``grad * scale`` where the output is positive, else 0 (one pass, one buffer)."""
+        """``grad * scale`` where the output is positive, else 0 (one pass, one buffer or
+        none)."""
         (out,) = ctx.saved_tensors
+        inplace = ctx.inplace and grad.is_contiguous()
         if grad.device.type == "cpu" and grad.dtype == torch.float32 and out.dim() == 2:
-            grad = grad.contiguous()
-            res = torch.empty_like(grad)
+            grad = grad if inplace else grad.contiguous()
+            res = grad if inplace else torch.empty_like(grad)
             _scale_where_positive(out.numpy(), grad.numpy(), np.float32(ctx.scale), res.numpy())
+        elif inplace:
+            res = grad.mul_(ctx.scale).masked_fill_(out <= 0, 0.0)
         else:
             res = (grad * ctx.scale).masked_fill_(out <= 0, 0.0)
-        return res, None, None, None, None, None
+        return res, None, None, None, None, None, None

@@ -15,6 +15,8 @@ exact, and it removes the widest exchange.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -24,6 +26,7 @@ from torch import nn
 from fullgraph.config import check_number, check_probability
 from fullgraph.errors import ConfigError
 from fullgraph.kernels import CSRMatrix
+from fullgraph.models.batch_norm_relu import batch_norm_relu_dropout
 from fullgraph.models.context import GraphContext
 from fullgraph.models.dropout import ReluDropout, dropout_csr_values, hashed_dropout
 from fullgraph.models.layers import layer_class
@@ -125,23 +128,51 @@ class GNN(nn.Module):
                 raise ConfigError(
                     "the first aggregation is precomputed, so input dropout must be 0"
                 )
+            rebuild = None
             if i == 0 and precomputed is None and ctx.sparse_x is not None:
                 h = _sparse_input(ctx, p if training else 0.0, epoch, x.shape[1])
             elif i == 0 and training and p > 0:
                 h = hashed_dropout(h, ctx.global_ids, p, ctx.seed, epoch, i)
-            out = layer(h, ctx, precomputed, epoch=epoch, training=training, index=i)
+                if not x.requires_grad:  # a constant: the layer may recompute it
+                    rebuild = functools.partial(
+                        hashed_dropout, x, ctx.global_ids, p, ctx.seed, epoch, i
+                    )
+            out = layer(
+                h, ctx, precomputed, epoch=epoch, training=training, index=i, rebuild=rebuild
+            )
             if len(self.residuals):
                 res = self.residuals[i]
                 out = out + (res(h) if isinstance(res, nn.Linear) else h)
             if i < self.num_layers - 1:
+                if self.norm_kind == "batch":  # with ReLU and the next dropout, fused
+                    h = batch_norm_relu_dropout(
+                        self.norms[i],
+                        out,
+                        ctx.plan.comm,
+                        global_ids=ctx.global_ids,
+                        p=self.dropout if training else 0.0,
+                        seed=ctx.seed,
+                        epoch=epoch,
+                        layer=i + 1,
+                        training=training,
+                        inplace_grad=self.layers[i + 1].fresh_input_grad and not self.residuals,
+                    )
+                    continue
                 if self.norm_kind != "none":
                     out = self.norms[i](out, ctx.plan.comm)
+                # In place when only the next layer uses ``out`` and ``h`` (no norm, no
+                # residual): no activation-sized buffer for ReLU-dropout in either pass.
+                alone = self.norm_kind == "none" and not len(self.residuals)
+                alone = alone and self.layers[i + 1].fresh_input_grad
                 if training and self.dropout > 0:  # the next layer's dropout, fused
-                    h = ReluDropout.apply(out, ctx.global_ids, self.dropout, ctx.seed, epoch, i + 1)
+                    h = ReluDropout.apply(
+                        out, ctx.global_ids, self.dropout, ctx.seed, epoch, i + 1, alone
+                    )
                 else:
-                    h = F.relu(out)
+                    h = torch.relu_(out) if alone else F.relu(out)
             else:
                 h = out
+            del out  # not alive while the next layer computes
         return h
 
 

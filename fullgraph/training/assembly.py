@@ -146,7 +146,7 @@ def assemble_rank(part: Any, comm: Communicator, config: TrainConfig) -> RankGra
     ctx = GraphContext(
         op=SplitOperator(op.inner.to(device), None if op.halo is None else op.halo.to(device)),
         plan=plan,
-        global_ids=np.asarray(part.global_ids[: part.num_inner], dtype=np.int64),
+        global_ids=np.array(part.global_ids[: part.num_inner], dtype=np.int64),
         seed=config.seed,
     )
     kind = layer_class(config.model)

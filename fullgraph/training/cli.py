@@ -11,6 +11,7 @@ and the shared :class:`~fullgraph.training.job.RuntimeOptions` /
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from fullgraph.training.config import TrainConfig, TrainData
@@ -101,14 +102,34 @@ def _train(job: Job, data: TrainData, cfg: TrainConfig) -> dict[str, Any]:
 
     comm = job.comm
     job.open_outputs()
+    plan_lines: list[str] = []
+    floor = 0
+    if comm.rank == 0:  # the memory plan: the floor measured before the part is loaded
+        from fullgraph.training.plan import startup_floor
+
+        meta = None
+        if data.parts:
+            from fullgraph.partition.format import read_meta
+
+            meta = read_meta(data.parts)[0]
+        floor = startup_floor(cfg, meta)
     part = job.agree(lambda: _load_part(data, comm.rank, cfg.seed))
+    if comm.rank == 0:
+        from fullgraph.training.memory_model import GraphShape
+        from fullgraph.training.plan import startup_report
+
+        shape = GraphShape.from_meta(meta) if meta else GraphShape.from_part(part, data.label)
+        ranks_per_node = job.info.local_size if data.parts else 1
+        plan_lines = startup_report(shape, cfg, ranks_per_node, floor)
     trainer = Trainer(part, comm, cfg, job.run, checkpoints=job.checkpoints)
+    partition_hash = part.partition_hash
+    del part  # the trainer holds what it trains on; the rest of the part's arrays go
     if job.run.resume:
         job.agree(trainer.resume)
     resolved = {
         "config": trainer.resolved_config(),
         "data": data.label,
-        "partition_hash": part.partition_hash,
+        "partition_hash": partition_hash,
     }
     log = job.start(resolved, trainer.start_epoch)
     if comm.rank == 0 and not job.run.quiet:
@@ -120,6 +141,11 @@ def _train(job: Job, data: TrainData, cfg: TrainConfig) -> dict[str, Any]:
             f"{' + error feedback' if cfg.error_feedback else ''}",
             flush=True,
         )
+    for line in plan_lines:  # warnings always, the prediction with the other start lines
+        if line.startswith("warning:"):
+            print(f"fullgraph train: {line}", file=sys.stderr, flush=True)
+        elif not job.run.quiet:
+            print(line, flush=True)
     final = trainer.fit(log)
     if comm.rank == 0:
         print(final_line(final, job.threads), flush=True)

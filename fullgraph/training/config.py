@@ -105,9 +105,9 @@ class TrainConfig(InputDropoutConfig, Config):
         choices=("auto", "on", "off"),
     )
     exchange_buffer_mb: float = option(
-        256.0,
+        32.0,
         "largest halo send/receive buffer; a wider uncompressed exchange goes in slices of every "
-        "peer's rows, at most two in flight (less memory, some time per slice; default 256)",
+        "peer's rows, at most two in flight (less memory, an all-to-all per slice; default 32)",
         check=POSITIVE,
         metavar="MB",
     )

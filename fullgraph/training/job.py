@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
 
 from fullgraph.config import OPTIONAL_POSITIVE_INT, POSITIVE, POSITIVE_INT, Config, option
-from fullgraph.errors import ConfigError, FullgraphError, mark_replicated
+from fullgraph.errors import ConfigError, FullgraphError, PeerUnreachable, mark_replicated
 from fullgraph.training.checkpoint import CheckpointDir
 from fullgraph.training.outputs import RunOutputs
 
@@ -50,7 +50,7 @@ class RuntimeOptions(Config):
     threads: int | None = option(
         None, "threads per rank (default cores/ranks on the node)", check=OPTIONAL_POSITIVE_INT
     )
-    timeout: float = option(300.0, "seconds any collective may wait", check=POSITIVE)
+    timeout: float = option(300.0, "seconds the set-up and any collective may wait", check=POSITIVE)
 
     def resolved_device(self, transport: str) -> str:
         """``cuda`` for ``auto`` with nccl, else ``cpu``; an explicit device as given."""
@@ -193,7 +193,7 @@ def run_job(
         detect_launch,
         resolve_transport,
     )
-    from fullgraph.distributed.faults import run_on_every_rank
+    from fullgraph.distributed.faults import abort_setup, run_on_every_rank
     from fullgraph.resources import release_freed_memory
 
     release_freed_memory()
@@ -208,7 +208,13 @@ def run_job(
         raise mark_replicated(exc) from None
     threads = rt.threads or default_threads(info)
     _set_threads(threads)
-    comm = create_communicator(transport, info, rt.timeout)
+    try:
+        comm = create_communicator(transport, info, rt.timeout, label=f"fullgraph {command}")
+    except PeerUnreachable as exc:
+        if info.size == 1:
+            raise
+        abort_setup(command, info.rank, info.under_mpi, exc)
+        raise
     job = Job(command, comm, info, threads, device, io)
 
     def body() -> T:

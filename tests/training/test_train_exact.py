@@ -2,7 +2,8 @@
 
 Each (P, transport) is one ``mpirun`` launch running every variant of ``mp_worker.VARIANTS``
 (dropout on; with and without the precomputed first aggregation; GAT with attention dropout on,
-exchanging its input and its projected rows, and with ``--norm batch`` and ``--residual``). The
+exchanging its input and its projected rows, and with ``--norm batch`` and ``--residual``;
+GCN with ``--norm batch``, SAGE with ``--norm layer --residual``). The
 reference runs the same code in this process on the whole graph.
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -48,10 +49,13 @@ class GraphLayer(nn.Module):
         kind: the name the layer is registered under (``--model``).
         precomputable: the layer's aggregation of its input does not depend on its parameters,
             so the first layer's aggregation of the static features may be computed once.
+        fresh_input_grad: the layer's input is used by this layer alone, which returns its
+            gradient as a new tensor, so the activation before it may work in place.
     """
 
     kind: ClassVar[str] = ""
     precomputable: ClassVar[bool] = True
+    fresh_input_grad: ClassVar[bool] = False
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
@@ -93,6 +97,7 @@ class GraphLayer(nn.Module):
         epoch: int = 0,
         training: bool = False,
         index: int = 0,
+        rebuild: Callable[[], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """The layer's output for input ``h`` (dense, or CSR for sparse input features).
 
@@ -103,6 +108,9 @@ class GraphLayer(nn.Module):
             epoch: the epoch (keys the layer's own random draws, e.g. attention dropout).
             training: apply the layer's own dropout.
             index: the layer's position in the stack (keys its random draws).
+            rebuild: recomputes ``h`` when ``h`` is a constant (the dropped input features),
+                so that a layer may recompute it in its backward pass instead of keeping it;
+                a layer may ignore it.
         """
         raise NotImplementedError
 
@@ -112,18 +120,3 @@ def times_weight(h: torch.Tensor | CSRMatrix, weight: torch.Tensor) -> torch.Ten
     if isinstance(h, CSRMatrix):
         return spmm(h, weight.t())
     return F.linear(h, weight)
-
-
-def aggregate_linear(
-    lin: nn.Linear, h: torch.Tensor | CSRMatrix, ctx: GraphContext, precomputed: torch.Tensor | None
-) -> torch.Tensor:
-    """``A (h W^T) + b``, transforming before aggregating when that narrows the exchange.
-
-    Both orders give the same result up to rounding; the narrower one (``out <= in``)
-    exchanges fewer bytes. ``precomputed`` (``A h`` computed once) skips the aggregation.
-    """
-    if precomputed is not None:
-        return lin(precomputed)
-    if lin.out_features <= lin.in_features:
-        return ctx.aggregate(times_weight(h, lin.weight)) + lin.bias
-    return lin(ctx.aggregate(h))

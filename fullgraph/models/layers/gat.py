@@ -33,6 +33,7 @@ projected rows exchanged.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -156,6 +157,7 @@ class GATLayer(GraphLayer):
         epoch: int = 0,
         training: bool = False,
         index: int = 0,
+        rebuild: Callable[[], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Attention over every inner node's in-neighbours and itself, heads joined, + bias.
 
@@ -167,6 +169,7 @@ class GATLayer(GraphLayer):
             epoch: the epoch (keys the attention-dropout masks).
             training: apply attention dropout.
             index: the layer's position in the stack (keys the masks).
+            rebuild: unused (the input is kept: the halo rows' projection needs it).
         """
         if precomputed is not None:
             raise ValueError("a GAT layer's aggregation cannot be precomputed")

@@ -6,12 +6,15 @@ one process. Weights are Glorot-uniform, biases zero, as PyG initialises them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
-from fullgraph.models.layers.base import GraphLayer, aggregate_linear, register_layer
+from fullgraph.models.graph_linear import graph_linear
+from fullgraph.models.layers.base import GraphLayer, register_layer
 
 
 @register_layer
@@ -27,6 +30,7 @@ class GCNLayer(GraphLayer):
     """
 
     kind = "gcn"
+    fresh_input_grad = True
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__(in_dim, out_dim)
@@ -49,6 +53,10 @@ class GCNLayer(GraphLayer):
         epoch: int = 0,
         training: bool = False,
         index: int = 0,
+        rebuild: Callable[[], torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """``Â (h W^T) + b``."""
-        return aggregate_linear(self.lin, h, ctx, precomputed)
+        """``Â (h W^T) + b`` (:func:`~fullgraph.models.graph_linear.graph_linear`)."""
+        lin = self.lin
+        return graph_linear(
+            h, ctx.op, ctx.plan, lin.weight, lin.bias, precomputed=precomputed, rebuild=rebuild
+        )

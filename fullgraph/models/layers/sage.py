@@ -7,12 +7,15 @@ Weights use ``nn.Linear``'s default initialisation, as PyG's ``Linear`` with
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
-from fullgraph.models.layers.base import GraphLayer, aggregate_linear, register_layer, times_weight
+from fullgraph.models.graph_linear import graph_linear
+from fullgraph.models.layers.base import GraphLayer, register_layer
 
 
 @register_layer
@@ -28,6 +31,7 @@ class SAGELayer(GraphLayer):
     """
 
     kind = "sage"
+    fresh_input_grad = True
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__(in_dim, out_dim)
@@ -48,6 +52,17 @@ class SAGELayer(GraphLayer):
         epoch: int = 0,
         training: bool = False,
         index: int = 0,
+        rebuild: Callable[[], torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """``mean(h_N) W_l + b_l + h W_r``."""
-        return aggregate_linear(self.lin, h, ctx, precomputed) + times_weight(h, self.root.weight)
+        """``mean(h_N) W_l + b_l + h W_r`` (:func:`~fullgraph.models.graph_linear.graph_linear`)."""
+        lin = self.lin
+        return graph_linear(
+            h,
+            ctx.op,
+            ctx.plan,
+            lin.weight,
+            lin.bias,
+            self.root.weight,
+            precomputed=precomputed,
+            rebuild=rebuild,
+        )

@@ -1,0 +1,260 @@
+"""The GCN / GraphSAGE layer body as one autograd function that keeps the least memory.
+
+``Y = A (h W^T) + b [+ h R^T]`` (transform first: the narrower exchange when ``out <= in``) or
+``Y = (A h) W^T + b [+ h R^T]`` (aggregate first), with ``A`` the rank's split operator and its
+halo exchange (:mod:`fullgraph.distributed.halo`), ``R`` the optional root weight (SAGE).
+
+What it holds, for ``n`` inner rows (the memory model of ``fullgraph plan`` counts these,
+:mod:`fullgraph.training.memory_model`):
+
+- saved for the backward pass: transform first, the input ``h`` (the previous layer's output,
+  alive anyway, or nothing when ``h`` is a constant the caller can ``rebuild``); aggregate
+  first, the aggregation ``M = A h`` ``[n, in]`` (nothing new when it was precomputed) and
+  ``h`` only for the root weight's gradient (again nothing when it can be rebuilt). Never a
+  halo row, never the pre-activation: the output is a new tensor the caller may overwrite.
+- forward temporaries: ``Z = h W^T`` ``[n, out]`` while it is aggregated, the output, and the
+  exchange's buffers (one or two slices in flight).
+- backward: the input gradient ``[n, in]`` (when ``h`` needs one) and, transforming first, row
+  blocks of ``A^T dY`` (at most :data:`BLOCK_ELEMENTS`), never the whole ``[n, out]`` matrix:
+  each block's rows go straight into ``dW`` and ``dh``, and so do the rows other ranks return
+  for this rank's boundary rows, slice by slice as they land.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fullgraph.distributed.halo import (
+    HaloPlan,
+    SplitOperator,
+    aggregate_rows,
+    exchange_halo_gradients,
+)
+from fullgraph.kernels import CSRMatrix, spmm
+
+#: Elements of one row block of ``A_inner^T dY`` in the backward pass (8 MB of float32).
+BLOCK_ELEMENTS = 1 << 21
+
+
+@dataclass
+class _Spec:
+    """The non-tensor inputs of one :class:`GraphLinearFunction` call."""
+
+    op: SplitOperator
+    plan: HaloPlan
+    transform_first: bool
+    precomputed: torch.Tensor | None
+    rebuild: Callable[[], torch.Tensor] | None
+    sparse_input: CSRMatrix | None = None
+
+
+def row_ranges(num_rows: int, width: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive row blocks of at most :data:`BLOCK_ELEMENTS` elements
+    of ``width`` columns, covering ``0..num_rows``."""
+    step = max(1, BLOCK_ELEMENTS // max(width, 1))
+    return [(s, min(s + step, num_rows)) for s in range(0, num_rows, step)]
+
+
+def _times(h: torch.Tensor | CSRMatrix, weight: torch.Tensor) -> torch.Tensor:
+    """``h @ weight.T`` for dense or CSR ``h``."""
+    if isinstance(h, CSRMatrix):
+        return spmm(h, weight.t())
+    return torch.mm(h, weight.t())
+
+
+def _add_times(y: torch.Tensor, h: torch.Tensor | CSRMatrix, weight: torch.Tensor) -> None:
+    """``y += h @ weight.T`` in place."""
+    if isinstance(h, CSRMatrix):
+        y.add_(spmm(h, weight.t()))
+    else:
+        y.addmm_(h, weight.t())
+
+
+def _weight_grad(dy: torch.Tensor, h: torch.Tensor | CSRMatrix) -> torch.Tensor:
+    """``dy^T h`` (the gradient of a weight applied as ``h W^T``)."""
+    if isinstance(h, CSRMatrix):
+        return spmm(h.t(), dy).t().contiguous()
+    return torch.mm(dy.t(), h)
+
+
+class GraphLinearFunction(torch.autograd.Function):
+    """``A (h W^T) + b + h R^T`` or ``(A h) W^T + b + h R^T`` (see the module docstring)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        h: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        root: torch.Tensor | None,
+        spec: _Spec,
+    ) -> torch.Tensor:
+        """The layer's output, a new float tensor [num_inner, out]."""
+        src: torch.Tensor | CSRMatrix = spec.sparse_input if spec.sparse_input is not None else h
+        plan, op = spec.plan, spec.op
+        key = None
+        if spec.transform_first:
+            key = None if plan.comm.size == 1 else plan.next_key()
+            z = _times(src, weight)
+            y = aggregate_rows(z, op, plan, key)
+            del z
+            if bias is not None:
+                y.add_(bias)
+            m = None
+        else:
+            m = spec.precomputed
+            if m is None:
+                key = None if plan.comm.size == 1 else plan.next_key()
+                m = aggregate_rows(src, op, plan, key)
+            y = torch.mm(m, weight.t()) if bias is None else torch.addmm(bias, m, weight.t())
+        if root is not None:
+            _add_times(y, src, root)
+        ctx.spec, ctx.key = spec, key
+        ctx.has_bias, ctx.has_root = bias is not None, root is not None
+        needs_h = spec.transform_first or root is not None
+        keep_h = needs_h and (spec.rebuild is None or ctx.needs_input_grad[0])
+        if spec.sparse_input is not None:
+            keep_h = False  # a static CSR matrix, kept by the context
+        saved = [weight, root if root is not None else weight]
+        saved.append(h if keep_h else weight)
+        saved.append(m if m is not None else weight)
+        ctx.keep_h, ctx.keep_m = keep_h, m is not None
+        ctx.save_for_backward(*saved)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple:
+        """Gradients of ``h``, ``W``, ``b``, ``R``: row blocks, nothing ``[n, out]`` extra."""
+        spec: _Spec = ctx.spec
+        weight, root, h, m = ctx.saved_tensors
+        root = root if ctx.has_root else None
+        need_h, need_w, need_b, need_r = ctx.needs_input_grad[:4]
+        dy = dy.contiguous()
+        src: torch.Tensor | CSRMatrix | None
+        if spec.sparse_input is not None:
+            src = spec.sparse_input
+        elif ctx.keep_h:
+            src = h
+        elif (spec.transform_first and need_w) or (root is not None and need_r):
+            src = spec.rebuild() if spec.rebuild is not None else None
+        else:
+            src = None
+        db = dy.sum(0) if ctx.has_bias and need_b else None
+        dr = _weight_grad(dy, src) if root is not None and need_r else None
+        if spec.transform_first:
+            dh, dw = _transform_first_backward(ctx, dy, weight, root, src, need_h, need_w)
+        else:
+            dw = torch.mm(dy.t(), m) if need_w else None
+            dh = None
+            if need_h:
+                dm = torch.mm(dy, weight)
+                dh = _aggregate_backward(dm, spec.op, spec.plan, ctx.key)
+                del dm
+                if root is not None:
+                    dh.addmm_(dy, root)
+        return dh, dw, db, dr, None
+
+
+def _aggregate_backward(
+    grad: torch.Tensor, op: SplitOperator, plan: HaloPlan, key: tuple[int, int] | None
+) -> torch.Tensor:
+    """``A^T grad`` with the reverse exchange: this rank's rows of the input gradient."""
+    out: list[torch.Tensor] = []
+
+    def inner() -> None:
+        out.append(spmm(op.inner_t, grad))
+
+    def receive(rows: torch.Tensor, index: torch.Tensor) -> None:
+        out[0].index_add_(0, index, rows)
+
+    exchange_halo_gradients(grad.contiguous(), op, plan, key, inner, receive)
+    return out[0]
+
+
+def _transform_first_backward(
+    ctx: Any,
+    dy: torch.Tensor,
+    weight: torch.Tensor,
+    root: torch.Tensor | None,
+    src: torch.Tensor | CSRMatrix | None,
+    need_h: bool,
+    need_w: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``dh = (A^T dY) W [+ dY R]`` and ``dW = (A^T dY)^T h``, ``A^T dY`` a block at a time."""
+    spec: _Spec = ctx.spec
+    op, plan = spec.op, spec.plan
+    n, width_in = int(dy.shape[0]), int(weight.shape[1])
+    if isinstance(src, CSRMatrix):  # sparse input: no input gradient, dW through h^T
+        g = _aggregate_backward(dy, op, plan, ctx.key) if need_w else None
+        return None, (None if g is None else _weight_grad(g, src))
+    dh = None
+    if need_h:
+        dh = torch.mm(dy, root) if root is not None else dy.new_empty((n, width_in))
+    dw = torch.zeros_like(weight) if need_w else None
+    inner_t = op.inner_t
+
+    def inner() -> None:
+        for start, stop in row_ranges(n, int(dy.shape[1])):
+            block = spmm(inner_t.row_block(start, stop), dy)  # rows of A_inner^T dY
+            if dw is not None:
+                dw.addmm_(block.t(), src[start:stop])
+            if dh is not None:
+                if root is None:
+                    torch.mm(block, weight, out=dh[start:stop])
+                else:
+                    dh[start:stop].addmm_(block, weight)
+
+    def receive(rows: torch.Tensor, index: torch.Tensor) -> None:
+        # in row blocks: the gathered input rows and their product stay block-sized
+        for start, stop in row_ranges(int(rows.shape[0]), max(width_in, int(rows.shape[1]))):
+            part, at = rows[start:stop], index[start:stop]
+            if dw is not None:
+                dw.addmm_(part.t(), src.index_select(0, at))
+            if dh is not None:
+                dh.index_add_(0, at, torch.mm(part, weight))
+
+    exchange_halo_gradients(dy, op, plan, ctx.key, inner, receive)
+    return dh, dw
+
+
+def graph_linear(
+    h: torch.Tensor | CSRMatrix,
+    op: SplitOperator,
+    plan: HaloPlan,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    root: torch.Tensor | None = None,
+    *,
+    precomputed: torch.Tensor | None = None,
+    rebuild: Callable[[], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """``A h W^T + b [+ h R^T]``, transforming first when that narrows the exchange.
+
+    Both orders give the same result up to rounding; the narrower one (``out <= in``)
+    exchanges fewer bytes. ``precomputed`` (``A h`` computed once) skips the aggregation.
+
+    Args:
+        h: this rank's input rows, float [num_inner, in] (or a CSR matrix: sparse features).
+        op: the split aggregation operator.
+        plan: the halo exchange plan.
+        weight: ``W`` [out, in].
+        bias: ``b`` [out] or ``None``.
+        root: ``R`` [out, in] (the root term ``h R^T``) or ``None``.
+        precomputed: ``A h`` computed once, or ``None``.
+        rebuild: recomputes ``h`` (a constant: no gradient) in the backward pass, so that it
+            is not kept in between; ``None`` keeps it.
+
+    Returns:
+        float [num_inner, out], a new tensor.
+    """
+    transform_first = precomputed is None and weight.shape[0] <= weight.shape[1]
+    sparse = h if isinstance(h, CSRMatrix) else None
+    dense = torch.empty(0) if sparse is not None else h
+    if sparse is not None and not transform_first and precomputed is None:
+        raise ValueError("graph_linear: sparse input needs out <= in (transform first)")
+    spec = _Spec(op, plan, transform_first, precomputed, rebuild, sparse)
+    return GraphLinearFunction.apply(dense, weight, bias, root, spec)
