@@ -8,6 +8,9 @@ Public API:
     - :func:`spmm_add_`: ``out += A @ X`` in place (the halo product), no autograd.
     - :func:`quantize`, :func:`dequantize`, :class:`QuantizedRows`, :func:`cast_half`:
       per-row min/scale quantization to 8, 4 or 2 bits, packed into bytes.
+
+GAT's attention over a rank's in-edges (edge softmax, hashed attention dropout, weighted sum;
+numba on CPU, torch elsewhere) is :mod:`fullgraph.kernels.edge_softmax`, imported by the layer.
 """
 
 from fullgraph.kernels.csr import CSRMatrix
