@@ -157,6 +157,7 @@ class GNN(nn.Module):
                         training=training,
                         inplace_grad=self.layers[i + 1].fresh_input_grad and not self.residuals,
                     )
+                    del out  # not alive while the next layer computes
                     continue
                 if self.norm_kind != "none":
                     out = self.norms[i](out, ctx.plan.comm)
