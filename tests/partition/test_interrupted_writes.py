@@ -27,18 +27,21 @@ import fullgraph.partition.build as build
 from fullgraph.cli import main
 from fullgraph.datasets.synthetic import write_ogb
 
-#: Runs ``fullgraph.cli.main(argv[4:])`` with ``argv[1].argv[2]`` sleeping ``argv[3]`` s first.
+#: Runs ``fullgraph.cli.main(argv[5:])`` with ``argv[1].argv[2]`` sleeping ``argv[3]`` s first;
+#: on entering the sleep it creates the file ``argv[4]`` (so the signal lands in the sleep, not
+#: in whatever else the command does first, e.g. a first-time numba compilation).
 SLOWED = """
-import importlib, sys, time
-module, name, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
+import importlib, pathlib, sys, time
+module, name, pause, marker = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 mod = importlib.import_module(module)
 real = getattr(mod, name)
 def slowed(*args, **kwargs):
+    pathlib.Path(marker).touch()
     time.sleep(pause)
     return real(*args, **kwargs)
 setattr(mod, name, slowed)
 from fullgraph.cli import main
-sys.exit(main(sys.argv[4:]))
+sys.exit(main(sys.argv[5:]))
 """
 
 #: writer -> (module and function slowed, command, the directory written relative to tmp)
@@ -78,13 +81,14 @@ def start_and_signal(writer: str, tmp: Path, signum: int) -> subprocess.Complete
     """Start the slowed command, wait for its temporary directory, send ``signum``."""
     module, name, rel = WRITERS[writer]
     target = tmp / rel
-    cmd = [sys.executable, "-c", SLOWED, module, name, "60", *argv_for(writer, tmp)]
+    marker = tmp / "slowed-call-entered"
+    cmd = [sys.executable, "-c", SLOWED, module, name, "60", str(marker), *argv_for(writer, tmp)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not temporaries(target):
+        deadline = time.monotonic() + 90
+        while not (temporaries(target) and marker.exists()):
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the temporary directory never appeared"
+            assert time.monotonic() < deadline, "no temporary, or no slowed call"
             time.sleep(0.02)
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
@@ -102,7 +106,7 @@ def copy_data(data_root: Path, tmp: Path) -> None:
     shutil.copytree(data_root, tmp / "data")
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("writer", list(WRITERS))
 def test_sigterm_leaves_no_temporary(data_root: Path, tmp_path: Path, writer: str) -> None:
     copy_data(data_root, tmp_path)
@@ -115,7 +119,7 @@ def test_sigterm_leaves_no_temporary(data_root: Path, tmp_path: Path, writer: st
     assert temporaries(target) == [] and not target.exists()
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("writer", list(WRITERS))
 def test_sigkill_debris_removed_by_next_run(
     data_root: Path, tmp_path: Path, capsys, writer: str
