@@ -115,3 +115,15 @@ def median(values: Iterable[float]) -> float:
     v = sorted(values)
     n = len(v)
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def setup_threads(threads: int) -> None:
+    """Threads, and the allocator setting ``fullgraph train`` makes (for every worker)."""
+    import numba
+    import torch
+
+    from fullgraph.resources import release_freed_memory
+
+    release_freed_memory()
+    torch.set_num_threads(threads)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))

@@ -28,27 +28,17 @@ ROOT = Path(__file__).resolve().parents[1]
 HIDDEN, HEADS, LAYERS, DROPOUT = 64, 4, 3, 0.5
 
 
-def _setup_threads(threads: int) -> None:
-    """Threads, and the allocator setting ``fullgraph train`` makes."""
-    import numba
-    import torch
-
-    from fullgraph.resources import release_freed_memory
-
-    release_freed_memory()
-    torch.set_num_threads(threads)
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-
-
 def worker_ours(a: argparse.Namespace) -> None:
     """Time our GAT train step on the whole graph; print a ``RESULT`` JSON line."""
+    from common import setup_threads  # sibling module (bench/ is on sys.path)
+
     from fullgraph.datasets.registry import load
     from fullgraph.distributed import Communicator
     from fullgraph.partition import whole_graph_part
     from fullgraph.resources import current_rss_mb, peak_rss_mb
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
-    _setup_threads(a.threads)
+    setup_threads(a.threads)
     base_rss = current_rss_mb()
     part = whole_graph_part(load(a.dataset, a.root))
     cfg = TrainConfig(
@@ -80,12 +70,13 @@ def worker_pyg(a: argparse.Namespace) -> None:
     import numpy as np
     import torch
     import torch.nn.functional as F
+    from common import setup_threads  # sibling module (bench/ is on sys.path)
     from torch_geometric.nn import GATConv
 
     from fullgraph.datasets.registry import load
     from fullgraph.resources import current_rss_mb, peak_rss_mb
 
-    _setup_threads(a.threads)
+    setup_threads(a.threads)
     base_rss = current_rss_mb()
     g = load(a.dataset, a.root)
     rows = np.repeat(np.arange(g.num_nodes, dtype=np.int64), np.diff(g.indptr))

@@ -38,28 +38,17 @@ FLOOR_DATASET = "tiny-synth"
 
 
 # -- workers (run in their own processes) -------------------------------------------------------
-def _setup_threads(threads: int) -> None:
-    """Threads, and the allocator setting ``fullgraph train`` makes (for every worker)."""
-    import numba
-    import torch
-
-    from fullgraph.resources import release_freed_memory
-
-    release_freed_memory()
-    torch.set_num_threads(threads)
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-
-
 def worker_ours(a: argparse.Namespace) -> None:
     """Time our train step (and the bare exchange) on this rank; rank 0 prints JSON."""
     import torch
+    from common import setup_threads  # sibling module (bench/ is on sys.path)
 
     from fullgraph.distributed import create_communicator
     from fullgraph.distributed.launch import detect_launch
     from fullgraph.resources import current_rss_mb, peak_rss_mb
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
-    _setup_threads(a.threads)
+    setup_threads(a.threads)
     comm = create_communicator(a.transport, detect_launch(), timeout_s=600)
     base_rss = current_rss_mb()
     if a.parts:
@@ -131,12 +120,13 @@ def worker_pyg(a: argparse.Namespace) -> None:
     """Time PyG's GCN (cached normalisation, CSR adjacency) on the same graph; print JSON."""
     import torch
     import torch.nn.functional as F
+    from common import setup_threads  # sibling module (bench/ is on sys.path)
     from torch_geometric.nn import GCNConv
 
     from fullgraph.datasets.registry import load
     from fullgraph.resources import current_rss_mb, peak_rss_mb
 
-    _setup_threads(a.threads)
+    setup_threads(a.threads)
     base_rss = current_rss_mb()
     g = load(a.dataset, a.root)
     n = g.num_nodes
