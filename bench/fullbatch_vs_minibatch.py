@@ -1,19 +1,25 @@
 """Full-batch against mini-batch (neighbour sampling) training, like for like.
 
-Same datasets, same ranks (P = 1, 2 on this machine), same model (GraphSAGE mean, 3 layers,
-``--hidden``), same evaluation (full-graph inference, test accuracy at the best validation
-epoch), same logging. For every (dataset, P, method) it runs the real command:
+Same datasets, same ranks, same model (GraphSAGE mean, 3 layers, ``--hidden``), same
+evaluation (full-graph inference, test accuracy at the best validation epoch), same logging.
+For every (dataset, P, method) it runs the real command:
 
-- full-batch: ``fullgraph partition --parts P`` once, then
-  ``mpirun -n P fullgraph train --parts DIR --model sage ...``;
+- full-batch: ``fullgraph partition --parts P`` once (or reuses ``--parts-root``), then
+  ``mpirun -n P fullgraph train --parts DIR --model sage ...`` with its exact levers on:
+  receptive-field pruning (``--prune auto``, the default), evaluation every
+  ``fb_eval_every`` epochs, the learning rate of :data:`SETTINGS`; ``full-batch int8`` adds
+  int8 halo compression both ways; ``full-batch unpruned`` (``--prune off``, a few epochs)
+  measures what pruning saves per epoch;
 - mini-batch: ``mpirun -n P fullgraph minibatch --fanouts 15,10,5 ...``;
 
 and reports, from the JSON logs: time to reach the target test accuracy (98% of the best
-final test accuracy of all runs on that dataset; training time only, evaluation excluded),
-median epoch time, final test accuracy and peak memory per rank. One chart per dataset plots
-test accuracy against cumulative training time for every run.
+final test accuracy of the full-length runs on that dataset), training time only and with the
+evaluations it ran, median epoch time, final test accuracy and peak memory per rank. One chart
+per dataset plots test accuracy against cumulative training time for every run.
 
     python bench/fullbatch_vs_minibatch.py [--datasets arxiv-synth,coauthor-physics,...]
+    python bench/fullbatch_vs_minibatch.py --datasets products-synth --ranks 4 --hidden 256 \
+        --methods full-batch,full-batch unpruned,mini-batch
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ SHARED = REPO.parent / "shared" / "datasets"
 
 #: Per dataset: mini-batch size (the Shchur splits train on 20 nodes per class, so a small
 #: batch gives several steps per epoch), epoch budgets and Adam learning rates of each method
-#: (tuned briefly on this machine so that both methods converge within the budget).
+#: (tuned briefly on this machine so that both methods converge within the budget), and how
+#: often full-batch evaluates (default every epoch).
 SETTINGS = {
     "arxiv-synth": {
         "batch_size": 1024,
@@ -44,6 +51,16 @@ SETTINGS = {
         "mb_epochs": 2,
         "fb_lr": 0.01,
         "mb_lr": 0.003,
+    },
+    # products size (2.45M nodes, 124M edges): P=4 on this 2-core machine; full-batch
+    # evaluates every 3 epochs (a full-graph inference costs about half a training step)
+    "products-synth": {
+        "batch_size": 1024,
+        "fb_epochs": 30,
+        "mb_epochs": 3,
+        "fb_lr": 0.01,
+        "mb_lr": 0.003,
+        "fb_eval_every": 3,
     },
     "coauthor-physics": {
         "batch_size": 32,
@@ -62,24 +79,33 @@ SETTINGS = {
 }
 
 
-def prepare_root(root: Path, names: list[str], arxiv_root: Path) -> dict[str, Path]:
-    """Dataset roots: shared raw files linked into ``root``; arxiv-synth found or generated."""
+#: Methods run for a few epochs to compare epoch times (they do not set the target).
+SHORT = {"full-batch unpruned"}
+
+#: Synthetic datasets and their presets: found under ``--synth-root`` or generated.
+SYNTHETIC = {"arxiv-synth": "arxiv", "products-synth": "products"}
+
+
+def prepare_root(root: Path, names: list[str], synth_root: Path) -> dict[str, Path]:
+    """Dataset roots: shared raw files linked into ``root``; synthetic ones found in
+    ``synth_root`` (``--synth-root``) or generated."""
     roots = {}
     for name in names:
-        if name == "arxiv-synth":
-            if (arxiv_root / "arxiv_synth" / "meta.json").is_file():
-                roots[name] = arxiv_root
+        if name in SYNTHETIC:
+            d = name.replace("-", "_")
+            if (synth_root / d / "meta.json").is_file():
+                roots[name] = synth_root
             else:
-                if not (root / "arxiv_synth" / "meta.json").is_file():
+                if not (root / d / "meta.json").is_file():
                     run(
                         [
                             str(BIN / "fullgraph"),
                             "data",
                             "synth",
                             "--preset",
-                            "arxiv",
+                            SYNTHETIC[name],
                             "--name",
-                            "arxiv-synth",
+                            name,
                             "--root",
                             str(root),
                         ],
@@ -120,14 +146,17 @@ def read_log(path: Path) -> tuple[list[dict], dict]:
 
 
 def summarise(epochs: list[dict], final: dict, target: float) -> dict[str, float]:
-    """Time to target, median epoch time, final accuracy and peak memory of one run."""
-    elapsed, to_target = 0.0, float("nan")
+    """Time to target (training only, and with evaluation), median epoch time, final accuracy
+    and peak memory of one run."""
+    elapsed, wall, to_target, wall_to_target = 0.0, 0.0, float("nan"), float("nan")
     for rec in epochs:
         elapsed += rec["epoch_s"]
+        wall += rec["epoch_s"] + rec.get("eval_s", 0.0)
         if "test_acc" in rec and rec["test_acc"] >= target and to_target != to_target:
-            to_target = elapsed
+            to_target, wall_to_target = elapsed, wall
     return {
         "time_to_target_s": to_target,
+        "wall_to_target_s": wall_to_target,
         "median_epoch_s": final["median_epoch_s"],
         "final_test_acc": final["test_acc"],
         "peak_rss_mb": max(r["peak_rss_mb"] for r in epochs),
@@ -183,13 +212,32 @@ def main() -> int:
         "multi-threaded ranks stall whenever another process takes a core)",
     )
     ap.add_argument("--epoch-scale", type=float, default=1.0, help="multiply epoch budgets")
-    ap.add_argument("--arxiv-root", default="/tmp/fg-data")
+    ap.add_argument(
+        "--synth-root",
+        "--arxiv-root",
+        default="/tmp/fg-data",
+        help="where generated datasets are found (or generated)",
+    )
+    ap.add_argument(
+        "--parts-root",
+        default=None,
+        help="reuse (or write and keep) partitions DIR/<dataset>-<P> (default: partition into "
+        "the work directory and delete the parts at the end)",
+    )
+    ap.add_argument(
+        "--short-epochs",
+        type=int,
+        default=3,
+        help="epochs of the epoch-time-only methods (full-batch unpruned)",
+    )
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
     ap.add_argument(
         "--methods",
         default="full-batch,full-batch int8,mini-batch",
-        help="which methods to run (full-batch int8 = int8 halo compression both ways, P > 1)",
+        help="which methods to run (full-batch int8 = int8 halo compression both ways, P > 1; "
+        "full-batch unpruned = --prune off for --short-epochs epochs: what receptive-field "
+        "pruning saves per epoch, not part of the target)",
     )
     ap.add_argument("--reuse", action="store_true", help="reuse complete logs of earlier runs")
     args = ap.parse_args()
@@ -202,7 +250,7 @@ def main() -> int:
         raise SystemExit(f"unknown dataset(s) {unknown}; known: {', '.join(SETTINGS)}")
     ranks_list = [int(r) for r in args.ranks.split(",")]
     methods = {m.strip() for m in args.methods.split(",")}
-    roots = prepare_root(work / "data", names, Path(args.arxiv_root))
+    roots = prepare_root(work / "data", names, Path(args.synth_root))
     layers = len(args.fanouts.split(","))
     model = ["--hidden", str(args.hidden), "--dropout", "0.5", "--input-dropout", "0"]
     model += ["--weight-decay", "0", "--seed", "0", "--threads", str(args.threads), "--quiet"]
@@ -215,15 +263,22 @@ def main() -> int:
         mb_epochs = max(1, round(s["mb_epochs"] * args.epoch_scale))
         runs: dict = {}
         for p in ranks_list:
-            parts = work / "parts" / f"{name}-{p}"
-            full = [*launcher(p), str(BIN / "fullgraph"), "train", "--parts", str(parts)]
-            full += ["--model", "sage", "--layers", str(layers), "--lr", str(s["fb_lr"])]
-            full += ["--epochs", str(fb_epochs), *model]
+            parts_root = Path(args.parts_root) if args.parts_root else work / "parts"
+            parts = parts_root / f"{name}-{p}"
+            base = [*launcher(p), str(BIN / "fullgraph"), "train", "--parts", str(parts)]
+            base += ["--model", "sage", "--layers", str(layers), "--lr", str(s["fb_lr"]), *model]
+            base += ["--eval-every", str(s.get("fb_eval_every", 1))]
+            full = [*base, "--epochs", str(fb_epochs)]
+            unpruned = [*base, "--epochs", str(args.short_epochs), "--prune", "off"]
             mini = [*launcher(p), str(BIN / "fullgraph"), "minibatch", "--dataset", name]
             mini += ["--root", str(roots[name]), "--fanouts", args.fanouts]
             mini += ["--batch-size", str(s["batch_size"]), "--lr", str(s["mb_lr"])]
             mini += ["--epochs", str(mb_epochs), *model]
-            variants = [("full-batch", "full", full), ("mini-batch", "mini", mini)]
+            variants = [
+                ("full-batch", "full", full),
+                ("full-batch unpruned", "full-unpruned", unpruned),
+                ("mini-batch", "mini", mini),
+            ]
             if p > 1:  # halo compression only exists between ranks
                 int8 = [*full, "--compress-fwd", "int8", "--compress-bwd", "int8"]
                 variants.insert(1, ("full-batch int8", "full-int8", int8))
@@ -243,11 +298,14 @@ def main() -> int:
                 print(f"[{name} P={p}] {method}: {' '.join(cmd)}", flush=True)
                 wall = run(cmd, args.timeout)
                 runs[(method, p)] = (*read_log(log), wall)
-        target = 0.98 * max(final["test_acc"] for _, final, _ in runs.values())
+        target = 0.98 * max(
+            final["test_acc"] for (m, _), (_, final, _) in runs.items() if m not in SHORT
+        )
         for (method, p), (epochs, final, wall) in sorted(runs.items()):
             stats = summarise(epochs, final, target)
             units = {
                 "time_to_target_s": "s",
+                "wall_to_target_s": "s",
                 "median_epoch_s": "s",
                 "final_test_acc": "acc",
                 "peak_rss_mb": "MiB",
@@ -270,18 +328,21 @@ def main() -> int:
         f"{env_note}; target = 98% of the best final test accuracy per dataset"
     )
     print(
-        f"{'dataset':18} {'method':15} {'P':>2} {'target':>7} {'to target s':>11} "
-        f"{'median ep s':>11} {'final acc':>9} {'peak MiB':>8} {'epochs':>6} {'wall s':>7}"
+        f"{'dataset':18} {'method':19} {'P':>2} {'target':>7} {'to target s':>11} "
+        f"{'+eval s':>8} {'median ep s':>11} {'final acc':>9} {'peak MiB':>8} {'epochs':>6} "
+        f"{'wall s':>7}"
     )
     for name, method, p, target, st, n_ep, wall in table:
         print(
-            f"{name:18} {method:15} {p:>2} {target:7.4f} {st['time_to_target_s']:11.2f} "
+            f"{name:18} {method:19} {p:>2} {target:7.4f} {st['time_to_target_s']:11.2f} "
+            f"{st['wall_to_target_s']:8.1f} "
             f"{st['median_epoch_s']:11.3f} {st['final_test_acc']:9.4f} "
             f"{st['peak_rss_mb']:8.0f} {n_ep:6d} {wall:7.1f}"
         )
     print(f"\nCSV: {csv.path}; charts: {out}/fbmb_<dataset>.png; logs: {work}")
     print(f"reproduce with: {command_line()}")
-    shutil.rmtree(work / "parts", ignore_errors=True)
+    if not args.parts_root:
+        shutil.rmtree(work / "parts", ignore_errors=True)
     return 0
 
 

@@ -163,6 +163,26 @@ class CSRMatrix:
             self.num_cols,
         )
 
+    def select_rows(self, rows: torch.Tensor) -> CSRMatrix:
+        """The rows where ``rows`` (bool [num_rows]) holds, the others emptied: same shape,
+        kept rows keep their entries and order; indices keep their dtype."""
+        keep_row = torch.as_tensor(rows, dtype=torch.bool, device=self.device)
+        if keep_row.shape != (self.num_rows,):
+            raise DataError(
+                f"CSRMatrix.select_rows: mask of {tuple(keep_row.shape)} for {self.num_rows} rows"
+            )
+        counts = torch.where(keep_row, self.row_nnz(), 0)
+        indptr = torch.zeros(self.num_rows + 1, dtype=torch.int64, device=self.device)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        keep = torch.repeat_interleave(keep_row, self.row_nnz())
+        return CSRMatrix._trusted(
+            indptr,
+            self.indices[keep],
+            None if self.values is None else self.values[keep],
+            self.num_rows,
+            self.num_cols,
+        )
+
     def select_columns(self, columns: torch.Tensor) -> CSRMatrix:
         """The given columns (distinct, ascending) as a new matrix: its column ``j`` is column
         ``columns[j]`` here. Rows keep their entries' order; indices keep their dtype."""

@@ -156,13 +156,13 @@ def check_training(part: Any, comm: Any) -> tuple[list[str], dict[str, float]]:
     bytes0 = comm.bytes_sent["halo"]
     comp.train_step(1)
     booked = comm.bytes_sent["halo"] - bytes0
-    plan = comp.ctx.plan
-    peer_send = sum(plan.send_counts) - plan.send_counts[comm.rank]
-    peer_recv = sum(plan.recv_counts) - plan.recv_counts[comm.rank]
     widths = [10, 10, 4]  # 12 -> 10 -> 10 -> 4, every layer transforms first
-    want = sum(
-        peer_send * record_bytes("int4", w) + peer_recv * record_bytes("int8", w) for w in widths
-    )
+    want = 0
+    for i, w in enumerate(widths):  # each layer's plan (receptive-field pruning narrows some)
+        plan = comp.ctx.layer_graph(i, training=True)[1]
+        peer_send = sum(plan.send_counts) - plan.send_counts[comm.rank]
+        peer_recv = sum(plan.recv_counts) - plan.recv_counts[comm.rank]
+        want += peer_send * record_bytes("int4", w) + peer_recv * record_bytes("int8", w)
     if booked != want:
         fails.append(f"trainer step booked {booked} halo bytes, formula gives {want}")
     grads = torch.cat([p.grad.reshape(-1) for p in comp.model.parameters()])

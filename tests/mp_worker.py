@@ -37,6 +37,7 @@ VARIANTS = [
     ("gat_norm_res", "gat", 0.5),
     ("gcn_batchnorm", "gcn", 0.5),
     ("sage_layernorm_res", "sage", 0.5),
+    ("sage_unpruned", "sage", 0.5),
 ]
 #: Further TrainConfig fields of some variants. The GAT layers of the 12-feature test graph
 #: exchange their input (12 or hidden x heads columns < heads x (hidden + 1)) except the last,
@@ -53,6 +54,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     },
     "gcn_batchnorm": {"norm": "batch"},
     "sage_layernorm_res": {"norm": "layer", "residual": True},
+    "sage_unpruned": {"prune": "off"},  # ``sage`` prunes its last layer: the same numbers
 }
 #: The accuracy recipes (PyG ``examples/gcn.py`` and ``examples/gat.py``: Planetoid,
 #: row-normalised features, 200 epochs; the GAT recipe decays every layer's weights).

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from fullgraph.distributed.halo import HaloAggregate, HaloPlan, SplitOperator
+from fullgraph.distributed.receptive_field import LayerGraph
 from fullgraph.kernels import CSRMatrix
 
 
@@ -28,6 +29,9 @@ class GraphContext:
             themselves (attention); ``None`` when no layer needs it.
         local_global_ids: global id of every local node (inner, then halo), int64
             [num_inner + num_halo]; keys per-edge random draws.
+        train_graphs: per layer, the operator and plan restricted to the rows the training
+            loss reaches (:mod:`fullgraph.distributed.receptive_field`), or ``None``: every
+            layer trains on the whole ones.
     """
 
     op: SplitOperator
@@ -38,6 +42,14 @@ class GraphContext:
     sparse_x: CSRMatrix | None = None
     structure: CSRMatrix | None = None
     local_global_ids: np.ndarray | None = None
+    train_graphs: list[LayerGraph] | None = None
+
+    def layer_graph(self, index: int, training: bool) -> tuple[SplitOperator, HaloPlan]:
+        """The operator and plan layer ``index`` runs on: pruned in training when built."""
+        if training and self.train_graphs is not None:
+            graph = self.train_graphs[index]
+            return graph.op, graph.plan
+        return self.op, self.plan
 
     def aggregate(self, h: torch.Tensor) -> torch.Tensor:
         """``A_inner @ h + A_halo @ halo(h)``, differentiable, exchange overlapped."""

@@ -21,6 +21,7 @@ import torch
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.distributed.compression import HaloCompression
 from fullgraph.distributed.halo import HaloPlan, SplitOperator
+from fullgraph.distributed.receptive_field import prune_layers
 from fullgraph.errors import ConfigError
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
@@ -150,6 +151,8 @@ def assemble_rank(part: Any, comm: Communicator, config: TrainConfig) -> RankGra
         seed=config.seed,
     )
     kind = layer_class(config.model)
+    if config.prune == "auto" and kind.prunable and config.norm != "batch":
+        ctx.train_graphs = prune_layers(ctx.op, plan, data["train"], config.layers)
     if not kind.precomputable:
         ctx.structure = CSRMatrix(
             as_tensor(part.indptr, np.int64).to(device),

@@ -141,6 +141,10 @@ def _train(job: Job, data: TrainData, cfg: TrainConfig) -> dict[str, Any]:
             f"{' + error feedback' if cfg.error_feedback else ''}",
             flush=True,
         )
+    graphs = trainer.ctx.train_graphs
+    if comm.rank == 0 and not job.run.quiet and graphs is not None:
+        for i, graph in enumerate(graphs):
+            print(f"receptive field: {graph.describe(i)}", flush=True)
     for line in plan_lines:  # warnings always, the prediction with the other start lines
         if line.startswith("warning:"):
             print(f"fullgraph train: {line}", file=sys.stderr, flush=True)

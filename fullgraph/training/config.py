@@ -121,6 +121,12 @@ class TrainConfig(InputDropoutConfig, Config):
         False, "add each sent row's last quantization residual before quantizing it again"
     )
     eval_every: int = option(1, "evaluate every N epochs", check=POSITIVE_INT)
+    prune: str = option(
+        "auto",
+        "in training, compute each layer only at the rows the loss reaches (exact; auto: gcn "
+        "and sage without BatchNorm, the layers where it removes >= 10%% of the edges; off)",
+        choices=("auto", "off"),
+    )
     device: str = option("cpu", "where tensors live: cpu or cuda", cli=False)
     extra: dict = option({}, "free-form notes kept with the config", cli=False)
 

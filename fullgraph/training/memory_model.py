@@ -9,7 +9,9 @@ go) and reports the largest total and what made it up. It needs only a part's si
 
 Terms (what ``fullgraph plan`` prints):
 
-- **graph structure**: the split aggregation operator (:mod:`fullgraph.training.assembly`):
+- **graph structure**: the split aggregation operator (:mod:`fullgraph.training.assembly`)
+  and, with receptive-field pruning, the last layer's operator over the ``t`` training rows
+  (about ``t/n`` of it, with its transpose and plan; lower layers taken as whole):
   inner and halo blocks and their transposes, ``16 e' + 8 (3n + h)`` with ``e' = e`` (SAGE) or
   ``e + n`` (GCN's self loops), the exchange plan's ``8 S``, the dropout ids ``8 n``; with a
   sliced exchange the slices' halo column blocks over the rows they reach and their
@@ -370,6 +372,7 @@ class _Rank:
             led.add(f"{block} transpose", "structure", (I32 + F32) * entries + I64 * (cols + 1))
             led.drop("transpose temporaries")
         led.add("plan send list", "structure", I64 * S)
+        self._pruned_last_layer(ep, eh)
         led.add("dropout ids", "structure", I64 * n)
         if self.pre:  # the first aggregation of the features, once, float32 exchange
             self.exchange(
@@ -384,6 +387,27 @@ class _Rank:
         if self.cfg.error_feedback and self.codecs is not None:
             self._residuals()
         self._slice_structure(eh)
+
+    def _pruned_last_layer(self, ep: int, eh: int) -> None:
+        """Receptive-field pruning (:mod:`fullgraph.distributed.receptive_field`): the last
+        layer's operator over the training rows, its transpose and plan. Its share of the edges
+        is taken as the training rows' share of the rows; the layers below are taken as whole
+        (on graphs of mean degree >> 1/train share they are: the training nodes' in-neighbours
+        cover almost every node)."""
+        cfg, p, led = self.cfg, self.p, self.led
+        if cfg.prune != "auto" or cfg.model not in ("gcn", "sage") or cfg.norm == "batch":
+            return
+        n = max(p.num_inner, 1)
+        share = min(1.0, p.num_train / n)
+        if share > 0.9:
+            return
+        kept, kept_h = share * ep, share * eh
+        led.add("pruning masks", "working", ep + I64 * kept)  # entry mask, kept columns
+        blocks = 2 * ((I32 + F32) * kept + I64 * (n + 1)) + 2 * I64 * (n + 1)
+        led.add("pruned last layer", "structure", blocks + I64 * share * p.num_send)
+        led.drop("pruning masks")
+        if kept_h:
+            led.add("pruned last layer halo", "structure", I64 * (p.num_halo + 1))
 
     def _residuals(self) -> None:
         p, dims = self.p, self.dims

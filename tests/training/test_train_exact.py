@@ -3,7 +3,8 @@
 Each (P, transport) is one ``mpirun`` launch running every variant of ``mp_worker.VARIANTS``
 (dropout on; with and without the precomputed first aggregation; GAT with attention dropout on,
 exchanging its input and its projected rows, and with ``--norm batch`` and ``--residual``;
-GCN with ``--norm batch``, SAGE with ``--norm layer --residual``). The
+GCN with ``--norm batch``, SAGE with ``--norm layer --residual``; SAGE without receptive-field
+pruning, which the pruned ranks must equal as well). The
 reference runs the same code in this process on the whole graph.
 """
 
@@ -68,6 +69,15 @@ def test_distributed_matches_one_process(
             rtol=1e-4,
             err_msg=f"{name}: losses of {len(reference[f'{name}/losses'])} epochs",
         )
+    for transport in transports.split(","):  # pruned ranks == one unpruned process
+        for what in ("grads", "losses"):
+            np.testing.assert_allclose(
+                result[f"{transport}/sage/{what}"],
+                reference[f"sage_unpruned/{what}"],
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=f"receptive-field pruning: {what} (P={ranks}, {transport})",
+            )
 
 
 def test_reference_is_not_trivial(reference) -> None:

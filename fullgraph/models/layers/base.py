@@ -51,11 +51,15 @@ class GraphLayer(nn.Module):
             so the first layer's aggregation of the static features may be computed once.
         fresh_input_grad: the layer's input is used by this layer alone, which returns its
             gradient as a new tensor, so the activation before it may work in place.
+        prunable: the layer's output row depends on that row's in-neighbours only, through
+            ``ctx.layer_graph`` (so training may restrict it to the rows the loss reaches,
+            :mod:`fullgraph.distributed.receptive_field`).
     """
 
     kind: ClassVar[str] = ""
     precomputable: ClassVar[bool] = True
     fresh_input_grad: ClassVar[bool] = False
+    prunable: ClassVar[bool] = False
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()

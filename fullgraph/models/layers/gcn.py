@@ -31,6 +31,7 @@ class GCNLayer(GraphLayer):
 
     kind = "gcn"
     fresh_input_grad = True
+    prunable = True
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__(in_dim, out_dim)
@@ -57,6 +58,7 @@ class GCNLayer(GraphLayer):
     ) -> torch.Tensor:
         """``Â (h W^T) + b`` (:func:`~fullgraph.models.graph_linear.graph_linear`)."""
         lin = self.lin
+        op, plan = ctx.layer_graph(index, training)
         return graph_linear(
-            h, ctx.op, ctx.plan, lin.weight, lin.bias, precomputed=precomputed, rebuild=rebuild
+            h, op, plan, lin.weight, lin.bias, precomputed=precomputed, rebuild=rebuild
         )

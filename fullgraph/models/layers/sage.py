@@ -32,6 +32,7 @@ class SAGELayer(GraphLayer):
 
     kind = "sage"
     fresh_input_grad = True
+    prunable = True
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__(in_dim, out_dim)
@@ -56,10 +57,11 @@ class SAGELayer(GraphLayer):
     ) -> torch.Tensor:
         """``mean(h_N) W_l + b_l + h W_r`` (:func:`~fullgraph.models.graph_linear.graph_linear`)."""
         lin = self.lin
+        op, plan = ctx.layer_graph(index, training)
         return graph_linear(
             h,
-            ctx.op,
-            ctx.plan,
+            op,
+            plan,
             lin.weight,
             lin.bias,
             self.root.weight,
