@@ -118,11 +118,13 @@ def median(values: Iterable[float]) -> float:
 
 
 def setup_threads(threads: int) -> None:
-    """Threads, and the allocator setting ``fullgraph train`` makes (for every worker)."""
+    """Threads, and the environment and allocator settings ``fullgraph train`` makes (for
+    every worker: what a benchmark times is what the command runs)."""
+    from fullgraph.resources import process_defaults, release_freed_memory
+
+    process_defaults()
     import numba
     import torch
-
-    from fullgraph.resources import release_freed_memory
 
     release_freed_memory()
     torch.set_num_threads(threads)

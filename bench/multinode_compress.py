@@ -22,10 +22,15 @@ Writes ``OUT/multinode_compress.csv`` (long format, bench/common.py) and
 ``OUT/multinode_compress.png``; prints the table with the model's error (measured / projected
 - 1) and flags errors above 20%.
 
-Usage (root; about 15 minutes here)::
+Usage (root; about 15 minutes here for arxiv-synth)::
 
     python bench/multinode_compress.py [--parts /tmp/fg-data/parts/arxiv-4] [--reps 3]
-        [--rates 1gbit,10gbit,25gbit] [--layouts 2x2,4x1] [--out bench/results]
+        [--rates 1gbit,10gbit,25gbit] [--layouts 2x2,4x1] [--codecs fp32,int8,...]
+        [--one-node both|before] [--out bench/results]
+
+At products size (a step takes most of a minute on this 2-core machine) a subset fits in half an
+hour: ``--parts /tmp/fg-data/parts/products-4 --reps 1 --rates 1gbit,10gbit --layouts 2x2
+--codecs fp32,int8,int2 --one-node before``.
 """
 
 from __future__ import annotations
@@ -81,7 +86,8 @@ def worker(a: argparse.Namespace) -> None:
     cfg = TrainConfig(model="gcn", layers=3, hidden=256, dropout=0.5, input_dropout=0.0,
                       lr=0.01, epochs=a.reps + 1, seed=0)  # fmt: skip
     tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
-    plan = tr.ctx.plan
+    del part  # as `fullgraph train` does: the trainer holds what it trains on
+    plans = tr.ctx.plans()  # the whole plan and the pruned layers' ones
     codecs = {
         label: None if fwd == "none" else HaloCompression(fwd, bwd, seed=0, rank=comm.rank)
         for label, fwd, bwd in CODECS
@@ -102,7 +108,8 @@ def worker(a: argparse.Namespace) -> None:
     for rep in range(a.reps + 1):
         for label in codecs:
             for overlap in (True, False):
-                plan.compression, plan.overlap = codecs[label], overlap
+                for plan in plans:
+                    plan.compression, plan.overlap = codecs[label], overlap
                 comm.barrier()
                 to_peer[:], calls[0] = 0, 0
                 step = tr.train_step(rep + 1)
@@ -223,6 +230,13 @@ def main() -> None:
     ap.add_argument("--layouts", default="2x2,4x1")
     ap.add_argument("--codecs", default=",".join(c[0] for c in CODECS))
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument(
+        "--one-node",
+        choices=("both", "before"),
+        default="both",
+        help="one-node reference runs before and after the cluster runs (their mean), or "
+        "before only (products size: each launch takes minutes)",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument(
@@ -231,6 +245,7 @@ def main() -> None:
         help="rebuild the CSV, table and chart from the JSON results in --out",
     )
     a = ap.parse_args()
+    chosen_codecs(a.codecs)
     if a.worker:
         worker(a)
         return
@@ -266,7 +281,8 @@ def main() -> None:
                 result = out / f"multinode-{layout}-{rate}.json"
                 cmd = cluster.mpirun(nodes * per_node, per_node, worker_argv(a, result))
                 runs[f"{layout}/{rate}"] = launch(cmd, result, f"{layout} at {rate}")
-    one_node("after")
+    if a.one_node == "both":
+        one_node("after")
     (out / "multinode-links.json").write_text(json.dumps(link))
     report(out, a)
 
@@ -275,14 +291,16 @@ def report(out: Path, a: argparse.Namespace) -> None:
     """The CSV (rewritten), table and chart from the JSON results in ``out``."""
     link = {k: tuple(v) for k, v in json.loads((out / "multinode-links.json").read_text()).items()}
     load = lambda name: json.loads((out / f"multinode-{name}.json").read_text())  # noqa: E731
-    runs = {"one-node": mean_runs(load("one-node-before"), load("one-node-after"))}
+    before = load("one-node-before")
+    after = load("one-node-after") if a.one_node == "both" else before
+    runs = {"one-node": mean_runs(before, after)}
     for layout in a.layouts.split(","):
         for rate in a.rates.split(","):
             runs[f"{layout}/{rate}"] = load(f"{layout}-{rate}")
     (out / "multinode_compress.csv").unlink(missing_ok=True)
     csv = CSVWriter(out / "multinode_compress.csv")
-    table = summarise(runs, link, csv)
-    png = plot(table, out / "multinode_compress.png")
+    table = summarise(runs, link, csv, a)
+    png = plot(table, out / "multinode_compress.png", dataset_of(a.parts))
     print(f"\nwrote {csv.path}, {png}\nreproduce: {command_line()}")
 
 
@@ -301,8 +319,21 @@ def by_key(rows: list[dict]) -> dict[tuple[str, bool], dict]:
     return {(r["label"], r["overlap"]): r for r in rows}
 
 
+def chosen_codecs(codecs: str) -> list[str]:
+    """The labels of ``--codecs`` in :data:`CODECS` order (unknown ones refused)."""
+    wanted = [c for c in codecs.split(",") if c]
+    known = [label for label, _, _ in CODECS]
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        raise SystemExit(f"unknown codec(s) {unknown}; known: {', '.join(known)}")
+    return [label for label in known if label in wanted]
+
+
 def summarise(
-    runs: dict[str, list[dict]], link: dict[str, tuple[float, float]], csv: CSVWriter
+    runs: dict[str, list[dict]],
+    link: dict[str, tuple[float, float]],
+    csv: CSVWriter,
+    a: argparse.Namespace,
 ) -> list[dict]:
     """The measured table beside both models; CSV rows; returns the table."""
     one = by_key(runs["one-node"])
@@ -319,7 +350,7 @@ def summarise(
         layout, rate = key.split("/")
         nodes, per_node = (int(v) for v in layout.split("x"))
         got = by_key(rows)
-        for label, _, _ in CODECS:
+        for label in chosen_codecs(a.codecs):
             on, off = got[(label, True)], got[(label, False)]
             base = LinkRun.from_worker(
                 one[("fp32", True)], one[(label, True)], per_node, one[(label, False)]
@@ -361,7 +392,15 @@ def summarise(
     return table
 
 
-def plot(table: list[dict], path: Path) -> Path:
+def dataset_of(parts: str) -> str:
+    """The dataset a partition directory holds (its ``meta.json``), for titles."""
+    try:
+        return str(json.loads((Path(parts) / "meta.json").read_text())["dataset"])
+    except (OSError, ValueError, KeyError):
+        return Path(parts).name
+
+
+def plot(table: list[dict], path: Path, dataset: str = "arxiv-synth") -> Path:
     """Top: epoch time per codec and link, one panel per layout; bottom: the time blocked in
     exchanges with the overlap off. Bars measured, ``o`` model v1, ``x`` the old model."""
     import matplotlib
@@ -375,11 +414,12 @@ def plot(table: list[dict], path: Path) -> Path:
     panels = (("epoch_s", "model_s", "model0_s", "epoch s"),
               ("blocked_s", "model_blocked_s", "model0_blocked_s",
                "blocked in exchanges, overlap off, s"))  # fmt: skip
-    width = 0.8 / len(CODECS)
+    labels = list(dict.fromkeys(r["codec"] for r in table))
+    width = 0.8 / len(labels)
     for row_axes, (measured, model, old, ylabel) in zip(axes, panels, strict=True):
         for ax, layout in zip(row_axes, layouts, strict=True):
             cell = {(r["rate"], r["codec"]): r for r in table if r["layout"] == layout}
-            for i, (label, _, _) in enumerate(CODECS):
+            for i, label in enumerate(labels):
                 xs = [j + i * width for j in range(len(rates))]
                 mine = [cell[(rt, label)] for rt in rates]
                 bars = ax.bar(xs, [r[measured] for r in mine], width, label=label)
@@ -390,7 +430,7 @@ def plot(table: list[dict], path: Path) -> Path:
             ax.set_ylabel(f"{ylabel} (bars measured, o model, x old)", fontsize=8)
             if measured == "blocked_s":
                 ax.set_yscale("log")
-            ax.set_title(f"arxiv-synth P=4 as {layout} (nodes x ranks), mpi, 1 thread/rank",
+            ax.set_title(f"{dataset} P=4 as {layout} (nodes x ranks), mpi, 1 thread/rank",
                          fontsize=9)  # fmt: skip
             ax.legend(fontsize=7)
     fig.tight_layout()

@@ -76,9 +76,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     a = ap.parse_args()
 
-    import torch
+    from common import setup_threads  # sibling module (bench/ is on sys.path)
 
-    torch.set_num_threads(a.threads)
+    setup_threads(a.threads)  # the environment and allocator `fullgraph train` uses
     part = load_part(a.root, a.dataset)
     csv = CSVWriter(Path(a.out) / "norm.csv")
     what = f"{a.dataset} gcn 3x256"

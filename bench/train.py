@@ -70,7 +70,8 @@ def worker_ours(a: argparse.Namespace) -> None:
         exchange_buffer_mb=a.exchange_buffer_mb,
     )
     tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
-    tr.ctx.plan.overlap = not a.no_overlap
+    for plan in tr.ctx.plans():
+        plan.overlap = not a.no_overlap
     steps = []
     for epoch in range(1, a.warmup + a.epochs + 1):
         halo0 = comm.bytes_sent["halo"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import resource
 import sys
 import time
@@ -27,6 +28,20 @@ def current_rss_mb() -> float:
         return pages * resource.getpagesize() / (1024 * 1024)
     except OSError:
         return peak_rss_mb()
+
+
+def process_defaults() -> None:
+    """The environment defaults of every training process (the user's own settings win).
+
+    - ``OMP_WAIT_POLICY=PASSIVE``: torch's and numba's OpenMP pools would otherwise busy-wait
+      against each other (and against other ranks on the node) between parallel regions; read
+      when a pool starts, so call this before either library runs parallel work.
+    - ``THP_MEM_ALLOC_ENABLE=1``: torch's large CPU allocations 2 MB-aligned and backed by
+      huge pages, so a fresh activation-sized tensor costs one page fault per 2 MB, not per
+      4 kB (~25% off an arxiv-sized epoch here).
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
 #: ``M_MMAP_THRESHOLD``, glibc's ``mallopt`` parameter number (``malloc.h``).

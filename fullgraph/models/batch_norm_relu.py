@@ -41,31 +41,42 @@ def _column_moments(x, shift, block):  # pragma: no cover - JIT
     nb = (n + block - 1) // block
     part = np.zeros((nb, 2, c))
     for b in numba.prange(nb):
+        s0 = np.zeros(c)  # block-local sums: the column loop vectorises (same order of adds)
+        s1 = np.zeros(c)
         for i in range(b * block, min(n, (b + 1) * block)):
+            row = x[i]
             for j in range(c):
-                d = np.float64(x[i, j]) - shift[j]
-                part[b, 0, j] += d
-                part[b, 1, j] += d * d
+                d = np.float64(row[j]) - shift[j]
+                s0[j] += d
+                s1[j] += d * d
+        part[b, 0] = s0
+        part[b, 1] = s1
     return part
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _affine_relu_keep(x, m, s, t, gids, key, threshold, scale, out):  # pragma: no cover - JIT
     """out = max((x - m) * s + t, 0) * (scale if kept else 0); masks as dropout's
-    ``_relu_keep``. Centring first keeps a large mean from cancelling in float32."""
+    ``_relu_keep``. Centring first keeps a large mean from cancelling in float32. Per row: the
+    affine ReLU over the whole row (a loop that vectorises), then the dropped lanes zeroed
+    while the row is in cache: the same values as one branchy pass, in about half the time."""
     width = x.shape[1]
     words = (width + 3) // 4
     w64 = np.uint64(words)
+    zero = np.float32(0.0)
     for i in numba.prange(x.shape[0]):
+        xi = x[i]
+        oi = out[i]
+        for j in range(width):
+            v = (xi[j] - m[j]) * s[j] + t[j]
+            oi[j] = v * scale if v > 0 else zero
         base = np.uint64(gids[i]) * w64
         for w in range(words):
             z = _mix_word(base + np.uint64(w), key)
             for k in range(4):
                 j = 4 * w + k
-                if j < width:
-                    lane = (z >> np.uint64(16 * k)) & np.uint64(0xFFFF)
-                    v = (x[i, j] - m[j]) * s[j] + t[j]
-                    out[i, j] = v * scale if (lane >= threshold and v > 0) else np.float32(0.0)
+                if j < width and ((z >> np.uint64(16 * k)) & np.uint64(0xFFFF)) < threshold:
+                    oi[j] = zero
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)

@@ -44,6 +44,15 @@ class GraphContext:
     local_global_ids: np.ndarray | None = None
     train_graphs: list[LayerGraph] | None = None
 
+    def plans(self) -> list[HaloPlan]:
+        """Every distinct halo plan the layers use (the whole one first, then pruned ones):
+        what a caller changing ``overlap`` or ``compression`` must change alike."""
+        out = [self.plan]
+        for graph in self.train_graphs or []:
+            if all(graph.plan is not p for p in out):
+                out.append(graph.plan)
+        return out
+
     def layer_graph(self, index: int, training: bool) -> tuple[SplitOperator, HaloPlan]:
         """The operator and plan layer ``index`` runs on: pruned in training when built."""
         if training and self.train_graphs is not None:

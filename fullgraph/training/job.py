@@ -19,7 +19,6 @@ threads, timeout; :class:`RunOptions`: log, checkpoint, resume, quiet) and hands
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
@@ -181,12 +180,9 @@ def run_job(
     Returns:
         What ``work`` returned.
     """
-    # torch's and numba's OpenMP pools would busy-wait against each other (and against other
-    # ranks on the node) between parallel regions; must be set before either library loads.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    # Large activations: 2 MB-aligned, huge-page backed torch allocations (fewer page faults;
-    # ~25% off an arxiv-sized epoch here).
-    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    from fullgraph.resources import process_defaults
+
+    process_defaults()  # before the OpenMP pools start and the first large allocation
     from fullgraph.distributed import (
         create_communicator,
         default_threads,

@@ -207,12 +207,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _floor(cfg: TrainConfig, graph: GraphShape, ranks_per_node: int) -> int:
     """The process floor measured in this process, set up as a rank would be."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    from fullgraph.resources import process_defaults, release_freed_memory
+
+    process_defaults()
     import numba
     import torch
-
-    from fullgraph.resources import release_freed_memory
 
     release_freed_memory()
     threads = max(1, (os.cpu_count() or 1) // ranks_per_node)

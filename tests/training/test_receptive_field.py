@@ -122,3 +122,4 @@ def test_layer_left_whole_when_pruning_saves_little(small_graph) -> None:
     assert not first.pruned and first.op is tr.ctx.op and first.plan is tr.ctx.plan
     assert last.pruned and last.rows == int(np.asarray(small_graph.train_mask).sum())
     assert "pruned" in last.describe(2) and "whole" in first.describe(0)
+    assert tr.ctx.plans() == [tr.ctx.plan]  # one process: nothing to exchange, one plan
