@@ -213,6 +213,12 @@ def main() -> int:
     )
     ap.add_argument("--epoch-scale", type=float, default=1.0, help="multiply epoch budgets")
     ap.add_argument(
+        "--fb-eval-every",
+        type=int,
+        default=None,
+        help="full-batch evaluates every N epochs (default: the dataset's setting)",
+    )
+    ap.add_argument(
         "--synth-root",
         "--arxiv-root",
         default="/tmp/fg-data",
@@ -267,7 +273,8 @@ def main() -> int:
             parts = parts_root / f"{name}-{p}"
             base = [*launcher(p), str(BIN / "fullgraph"), "train", "--parts", str(parts)]
             base += ["--model", "sage", "--layers", str(layers), "--lr", str(s["fb_lr"]), *model]
-            base += ["--eval-every", str(s.get("fb_eval_every", 1))]
+            every = args.fb_eval_every or s.get("fb_eval_every", 1)
+            base += ["--eval-every", str(every)]
             full = [*base, "--epochs", str(fb_epochs)]
             unpruned = [*base, "--epochs", str(args.short_epochs), "--prune", "off"]
             mini = [*launcher(p), str(BIN / "fullgraph"), "minibatch", "--dataset", name]

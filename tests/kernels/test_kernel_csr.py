@@ -201,6 +201,19 @@ def test_sorted_by_column_is_stable_and_idempotent():
     np.testing.assert_array_equal(S.to_scipy().toarray(), A.to_scipy().toarray())
 
 
+def test_select_rows_empties_the_others_and_keeps_shape():
+    M = random_csr(9, 14, density=0.4, seed=6)
+    A = CSRMatrix(M.indptr, M.indices.astype(np.int32), M.data, num_cols=14)
+    keep = torch.tensor([True, False, False, True, True, False, False, False, True])
+    S = A.select_rows(keep)
+    assert S.shape == (9, 14) and S.indices.dtype == torch.int32
+    want = M.toarray() * keep.numpy()[:, None]
+    np.testing.assert_array_equal(S.to_scipy().toarray(), want)
+    assert A.select_rows(torch.zeros(9, dtype=torch.bool)).nnz == 0
+    with pytest.raises(DataError, match="select_rows"):
+        A.select_rows(torch.ones(8, dtype=torch.bool))
+
+
 def test_select_columns_renumbers_and_keeps_row_order():
     M = random_csr(9, 14, density=0.4, seed=5)
     A = CSRMatrix(M.indptr, M.indices.astype(np.int32), M.data, num_cols=14)
