@@ -163,6 +163,11 @@ class CSRMatrix:
             self.num_cols,
         )
 
+    def entries_of_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Bool mask over the stored entries: those in the rows where ``rows`` (bool
+        [num_rows]) holds."""
+        return torch.repeat_interleave(rows.to(self.device), self.row_nnz())
+
     def select_rows(self, rows: torch.Tensor) -> CSRMatrix:
         """The rows where ``rows`` (bool [num_rows]) holds, the others emptied: same shape,
         kept rows keep their entries and order; indices keep their dtype."""
@@ -174,7 +179,7 @@ class CSRMatrix:
         counts = torch.where(keep_row, self.row_nnz(), 0)
         indptr = torch.zeros(self.num_rows + 1, dtype=torch.int64, device=self.device)
         torch.cumsum(counts, 0, out=indptr[1:])
-        keep = torch.repeat_interleave(keep_row, self.row_nnz())
+        keep = self.entries_of_rows(keep_row)
         return CSRMatrix._trusted(
             indptr,
             self.indices[keep],

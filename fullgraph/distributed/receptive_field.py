@@ -74,11 +74,6 @@ def _edges(op: SplitOperator) -> int:
     return op.inner.nnz + (op.halo.nnz if op.halo is not None else 0)
 
 
-def _entries_of(a, rows: torch.Tensor) -> torch.Tensor:
-    """Bool mask over ``a``'s stored entries: those in ``rows`` (bool [num_rows])."""
-    return torch.repeat_interleave(rows.to(a.device), a.row_nnz())
-
-
 def _restrict_operator(op: SplitOperator, rows: torch.Tensor, halo_keep: torch.Tensor | None):
     """``op`` with only ``rows`` (bool) kept and its halo columns narrowed to ``halo_keep``."""
     inner = op.inner.select_rows(rows)
@@ -156,15 +151,15 @@ def prune_layers(
     whole = torch.tensor([float(n), float(_edges(op)), float(plan.num_halo)], dtype=torch.float64)
     whole = comm.allreduce_(whole, "sum", tag="setup")
     total_rows, total_edges, total_halo = (int(v) for v in whole.tolist())
+    device = op.inner.device
     out: list[LayerGraph] = []
     for _ in range(num_layers):  # last layer first
         # the entries of the wanted rows: their columns (no operator is built unless pruned)
-        device = op.inner.device
-        inner_cols = op.inner.indices[_entries_of(op.inner, wanted)].to(torch.int64).cpu()
+        inner_cols = op.inner.indices[op.inner.entries_of_rows(wanted)].to(torch.int64).cpu()
         halo_keep = torch.zeros(plan.num_halo, dtype=torch.bool)
         halo_edges = 0
         if op.halo is not None:
-            halo_cols = op.halo.indices[_entries_of(op.halo, wanted)].to(torch.int64).cpu()
+            halo_cols = op.halo.indices[op.halo.entries_of_rows(wanted)].to(torch.int64).cpu()
             halo_keep[halo_cols] = True
             halo_edges = int(halo_cols.numel())
             del halo_cols
