@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e '.[test,mpich]'
+	bash scripts/fetch_libmetis.sh $(VENV)/lib
 	touch $(STAMP)
 
 test: install

@@ -141,8 +141,10 @@ def measure(graph: object, name: str, args: argparse.Namespace, out: CSVWriter) 
     row("edge_homophily", "fraction", "-", homophily(graph))
     for p in args.parts:
         t0 = time.perf_counter()
-        owner = assign_parts(graph, p, "metis", seed=0)
+        notes: list[str] = []
+        owner = assign_parts(graph, p, "metis", seed=0, notes=notes, metis=args.metis)
         seconds = time.perf_counter() - t0
+        print(f"{name:>18} P={p}: {notes[0]}", flush=True)
         row("metis_halo_ratio", "rows/(N/P)", p, halo_ratio(graph.indptr, graph.indices, owner))
         row("metis_time", "s", p, seconds)
         del owner
@@ -162,6 +164,12 @@ def main() -> None:
     parser.add_argument("--dataset", help="a dataset on disk instead (with --root)")
     parser.add_argument("--root", type=Path, help="dataset root for --dataset")
     parser.add_argument("--parts", type=int, nargs="*", default=[4, 8], help="METIS P values")
+    parser.add_argument(
+        "--metis",
+        choices=["auto", "libmetis", "pymetis"],
+        default="auto",
+        help="METIS library (as `fullgraph partition --metis`; default auto)",
+    )
     parser.add_argument("--accuracy", action="store_true", help="also train GCN and MLP")
     parser.add_argument("--epochs", type=int, default=100, help="epochs for --accuracy")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for --accuracy")

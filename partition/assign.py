@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numba
 import numpy as np
@@ -10,11 +11,15 @@ import scipy.sparse as sp
 
 from fullgraph.datasets.graph import Graph
 from fullgraph.errors import ConfigError, PartitionError
+from fullgraph.resources import drop_resident_pages
 
 logger = logging.getLogger(__name__)
 
 #: Partitioning methods :func:`assign_parts` accepts.
 METHODS = ("metis", "random", "contiguous")
+
+#: METIS libraries :func:`assign_parts` can use; ``auto`` prefers a 32-bit libmetis.
+METIS_LIBRARIES = ("auto", "libmetis", "pymetis")
 
 #: Imbalance (max / mean) above which a k-way METIS result is retried with recursive bisection.
 BALANCE_TOLERANCE = 1.05
@@ -108,13 +113,60 @@ def _note(notes: list[str], message: str) -> None:
     notes.append(message)
 
 
-def _metis(graph: Graph, num_parts: int, seed: int, notes: list[str]) -> np.ndarray:
-    """Multi-constraint METIS on the symmetrised graph; see :func:`assign_parts`."""
-    import pymetis
+def _metis_library(
+    graph: Graph, num_parts: int, library: str, notes: list[str]
+) -> Callable[[np.ndarray, int, int, bool], np.ndarray]:
+    """``run(vweights, ncon, seed, recursive) -> owner`` on the chosen METIS library.
 
-    n = graph.num_nodes
+    ``auto`` takes the libmetis of :func:`~fullgraph.partition.libmetis.find_libmetis` when its
+    indices are 32-bit and the graph fits them (half the memory of pymetis' 64-bit METIS), and
+    pymetis otherwise. The library used is added to ``notes``.
+    """
+    import fullgraph.partition.libmetis as libmetis
+
+    lib = libmetis.find_libmetis() if library in ("auto", "libmetis") else None
+    if library == "libmetis" and lib is None:
+        raise ConfigError(
+            "--metis libmetis: no METIS shared library found (install Debian's libmetis5, run "
+            f"`make install`, or set {libmetis.ENV_VAR}=/path/to/libmetis.so)"
+        )
     xadj, adjncy = symmetric_adjacency(graph)
-    adjacency = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy)
+    sums = [int(graph.num_nodes), int(graph.num_edges)]
+    fits = lib is not None and libmetis.fits(lib, int(adjncy.size), sums)
+    if lib is not None and library == "libmetis" and not fits:
+        raise ConfigError(f"{graph.name} is too large for the indices of {lib.describe()}")
+    if lib is None or library == "auto" and (lib.bits != 32 or not fits):
+        import pymetis
+
+        notes.append("metis: pymetis (64-bit idx_t)")
+        adjacency = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy)
+
+        def run_pymetis(vweights: np.ndarray, ncon: int, seed: int, recursive: bool) -> np.ndarray:
+            options = pymetis.Options(seed=int(seed))
+            result = pymetis.part_graph(
+                num_parts, adjacency, vweights=vweights, options=options, recursive=recursive
+            )
+            return np.asarray(result.vertex_part, dtype=np.int64)
+
+        return run_pymetis
+    notes.append(f"metis: {lib.describe()}")
+    x = libmetis.as_idx(xadj, lib.idx)
+    a = libmetis.as_idx(adjncy, lib.idx)
+    for array in (graph.indptr, graph.indices):  # mapped graph arrays: read once, now copied
+        drop_resident_pages(array)
+    del xadj, adjncy
+
+    def run_libmetis(vweights: np.ndarray, ncon: int, seed: int, recursive: bool) -> np.ndarray:
+        w = libmetis.as_idx(vweights, lib.idx)
+        return libmetis.part_graph(lib, num_parts, x, a, w, ncon, int(seed), recursive)
+
+    return run_libmetis
+
+
+def _metis(graph: Graph, num_parts: int, seed: int, library: str, notes: list[str]) -> np.ndarray:
+    """Multi-constraint METIS on the symmetrised graph; see :func:`assign_parts`."""
+    n = graph.num_nodes
+    call = _metis_library(graph, num_parts, library, notes)
     ones = np.ones(n, dtype=np.int64)
     train = graph.train_mask.astype(np.int64)
     edges = graph.in_degree()
@@ -128,16 +180,12 @@ def _metis(graph: Graph, num_parts: int, seed: int, notes: list[str]) -> np.ndar
 
     def run(names: list[str], recursive: bool) -> np.ndarray:
         vweights = np.ascontiguousarray(np.stack([constraints[k] for k in names], axis=1).ravel())
-        options = pymetis.Options(seed=int(seed))
         try:
-            result = pymetis.part_graph(
-                num_parts, adjacency, vweights=vweights, options=options, recursive=recursive
-            )
+            return call(vweights, len(names), seed, recursive)
         except Exception as exc:  # METIS reports failures as RuntimeError or MemoryError
             raise PartitionError(
                 f"METIS failed on {graph.name} ({' + '.join(names)} constraints): {exc}"
             ) from exc
-        return np.asarray(result.vertex_part, dtype=np.int64)
 
     def worst(owner: np.ndarray, names: list[str]) -> float:
         return max(imbalance(owner, constraints[k], num_parts) for k in names)
@@ -170,6 +218,7 @@ def assign_parts(
     method: str = "metis",
     seed: int = 0,
     notes: list[str] | None = None,
+    metis: str = "auto",
 ) -> np.ndarray:
     """Choose the owner rank of every node.
 
@@ -185,17 +234,25 @@ def assign_parts(
         num_parts: number of parts P, ``1 <= P <= graph.num_nodes``.
         method: one of :data:`METHODS`.
         seed: seed of METIS or of the random permutation.
-        notes: if given, messages about fallbacks are appended to it.
+        notes: if given, the METIS library used and messages about fallbacks are appended.
+        metis: METIS library, one of :data:`METIS_LIBRARIES`: ``auto`` (a 32-bit ``libmetis``
+            when one is installed and the graph fits its indices, else pymetis), ``libmetis``
+            or ``pymetis``. Both run METIS's algorithm; partitions differ between libraries.
 
     Returns:
         int64 [num_nodes], owner rank of every node in ``[0, P)``.
 
     Raises:
-        ConfigError: bad ``num_parts`` or unknown ``method``.
+        ConfigError: bad ``num_parts``, unknown ``method`` or ``metis``, or ``libmetis`` asked
+            for but not installed.
     """
     check_num_parts(num_parts, graph.num_nodes)
     if method not in METHODS:
         raise ConfigError(f"unknown partition method {method!r} (choose from {', '.join(METHODS)})")
+    if metis not in METIS_LIBRARIES:
+        raise ConfigError(
+            f"unknown METIS library {metis!r} (choose from {', '.join(METIS_LIBRARIES)})"
+        )
     notes = [] if notes is None else notes
     n = graph.num_nodes
     if num_parts == 1:
@@ -206,4 +263,4 @@ def assign_parts(
         owner = np.empty(n, dtype=np.int64)
         owner[np.random.default_rng(seed).permutation(n)] = np.arange(n) % num_parts
         return owner
-    return _metis(graph, num_parts, seed, notes)
+    return _metis(graph, num_parts, seed, metis, notes)

@@ -358,6 +358,7 @@ def partition_graph(
     method: str = "metis",
     seed: int = 0,
     force: bool = False,
+    metis: str = "auto",
 ) -> dict:
     """Assign owners with :func:`assign_parts` and write the parts with :func:`write_partitions`.
 
@@ -368,6 +369,7 @@ def partition_graph(
         method: ``metis``, ``random`` or ``contiguous``.
         seed: seed of the method.
         force: replace an existing ``out``.
+        metis: METIS library (``auto``, ``libmetis``, ``pymetis``), see :func:`assign_parts`.
 
     Returns:
         The metadata written to ``out/meta.json``; ``meta["report"]`` is the partition report.
@@ -378,7 +380,7 @@ def partition_graph(
     timer = StageTimer()
     notes: list[str] = []
     with timer.stage("assign"):
-        owner = assign_parts(graph, num_parts, method=method, seed=seed, notes=notes)
+        owner = assign_parts(graph, num_parts, method=method, seed=seed, notes=notes, metis=metis)
     return write_partitions(
         graph,
         owner,

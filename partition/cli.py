@@ -31,6 +31,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="metis: multi-constraint METIS balancing nodes, training nodes and edges "
         "(default); random: seeded round-robin; contiguous: equal ranges of node ids",
     )
+    parser.add_argument(
+        "--metis",
+        choices=["auto", "libmetis", "pymetis"],
+        default="auto",
+        help="METIS library: auto (default) takes a 32-bit libmetis when one is installed "
+        "(Debian's libmetis5, put into .venv/lib by `make install`; half the memory of "
+        "pymetis' 64-bit METIS), else pymetis",
+    )
     parser.add_argument("--out", required=True, type=Path, help="partition directory to create")
     parser.add_argument("--seed", type=int, default=0, help="seed of METIS / random (default 0)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
@@ -49,11 +57,26 @@ def _partition(args: argparse.Namespace) -> int:
     if args.parts < 1:
         check_num_parts(args.parts, 1)
     check_output(args.out, "--out", kind="dir", exist_ok=args.force)
+    if args.method == "metis" and args.metis == "libmetis":
+        from fullgraph.errors import ConfigError
+        from fullgraph.partition.libmetis import ENV_VAR, find_libmetis
+
+        if find_libmetis() is None:
+            raise ConfigError(
+                "--metis libmetis: no METIS shared library found (install Debian's libmetis5, "
+                f"run `make install`, or set {ENV_VAR}=/path/to/libmetis.so)"
+            )
     graph = load(args.dataset, args.root, mmap=True)  # read in place: parts are built one by one
     # Raises (nothing printed as success) when --out appears meanwhile without --force, and
     # lets SIGTERM / Ctrl-C through so that the temporary directory is removed.
     meta = partition_graph(
-        graph, args.parts, args.out, method=args.method, seed=args.seed, force=args.force
+        graph,
+        args.parts,
+        args.out,
+        method=args.method,
+        seed=args.seed,
+        force=args.force,
+        metis=args.metis,
     )
     print(format_report(meta))
     print(

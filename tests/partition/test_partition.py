@@ -201,7 +201,7 @@ def test_metis_fallback_is_logged(small_graph, monkeypatch, caplog):
     monkeypatch.setattr(pymetis, "part_graph", picky)
     notes: list[str] = []
     with caplog.at_level("WARNING", logger="fullgraph.partition.assign"):
-        owner = assign_parts(small_graph, 2, method="metis", notes=notes)
+        owner = assign_parts(small_graph, 2, method="metis", notes=notes, metis="pymetis")
     assert set(owner.tolist()) == {0, 1}
     assert any("simulated" in n and "retrying with nodes + edges" in n for n in notes)
     assert "retrying with nodes + edges" in caplog.text
