@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -54,12 +55,8 @@ def measure(parts: Path, ranks: int, train_args: list[str], big: bool) -> dict[i
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    peaks = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("PEAK "):
-            _, rank, kib = line.split()
-            peaks[int(rank)] = int(kib) / 1024
-    return peaks
+    # ranks write to one pipe: a PEAK record may share a line with another rank's output
+    return {int(r): int(kib) / 1024 for r, kib in re.findall(r"PEAK (\d+) (\d+)", proc.stdout)}
 
 
 def main() -> None:

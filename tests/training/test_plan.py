@@ -17,14 +17,23 @@ import resource
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from fullgraph.cli import main as cli_main
+from fullgraph.errors import ConfigError
 from fullgraph.partition import read_meta
 from fullgraph.training.config import TrainConfig
-from fullgraph.training.memory_model import TERMS, GraphShape, PartShape, predict
+from fullgraph.training.memory_model import (
+    TERMS,
+    GraphShape,
+    PartShape,
+    check_modelled,
+    predict,
+)
 
 MIB = 2**20
 MODEL = ["--model", "sage", "--layers", "3", "--hidden", "32"]
@@ -64,15 +73,43 @@ def test_corrupted_part_file_is_refused_and_nothing_written(
     assert _listing(parts) == before
 
 
-def test_unmodelled_options_are_one_line(capsys, small_partitions) -> None:
+def test_gat_norm_and_residual_are_planned(capsys, small_partitions) -> None:
     parts = str(small_partitions[2])
-    for extra, said in (
-        (["--model", "gat"], "--model gat"),
-        (["--model", "sage", "--norm", "batch"], "--norm"),
+    for extra in (
+        ["--model", "gat", "--heads", "2"],
+        ["--model", "sage", "--norm", "batch"],
+        ["--model", "gcn", "--norm", "layer", "--residual"],
     ):
         code, out, err = _plan(capsys, "--parts", parts, *extra, "--floor-mb", "1")
-        assert code == 2 and out == "", extra
-        assert err.count("\n") == 1 and said in err, err
+        assert code == 0 and err == "", extra
+        assert out.count(": fits") == 1 and "peak in" in out, extra
+    with pytest.raises(ConfigError, match="covers --model gcn, sage and gat"):
+        check_modelled(SimpleNamespace(model="gin"))  # a layer kind registered by a user
+
+
+def test_norm_residual_and_gat_follow_the_code() -> None:
+    floor = 300 * MIB
+    shape = _shape(4)
+    n, h = shape.parts[0].num_inner, shape.parts[0].num_halo
+    plain = TrainConfig(model="gcn", layers=3, hidden=256, dropout=0.0, input_dropout=0.0)
+    base = predict(shape, plain, floor)[0]
+    # BatchNorm keeps each hidden layer's input (its output is the next layer's saved input)
+    bn = predict(shape, replace(plain, norm="batch"), floor)[0]
+    assert bn.terms["saved"] - base.terms["saved"] >= 4 * n * 256
+    ln = predict(shape, replace(plain, norm="layer"), floor)[0]
+    assert ln.total > base.total
+    # a residual projection's weights are parameters too
+    res = predict(shape, replace(plain, residual=True), floor)[0]
+    assert res.terms["optimizer"] > base.terms["optimizer"]
+    # GAT: the joined rows and the projections of the halo rows, never per-edge tensors
+    gat = TrainConfig(model="gat", layers=2, hidden=16, heads=4, dropout=0.0, input_dropout=0.0)
+    g = predict(shape, gat, floor)[0]
+    assert g.total == sum(g.terms.values()) and g.terms["saved"] >= 4 * (n + h) * 4 * 18
+    dense = predict(_shape(4, deg=80), gat, floor)[0]  # 4x the edges, same rows
+    assert dense.terms["saved"] == g.terms["saved"]  # nothing per edge is kept
+    assert dense.terms["structure"] > g.terms["structure"]
+    more = predict(shape, replace(gat, heads=8), floor)[0]
+    assert more.total > g.total
 
 
 def test_a_node_too_small_prints_the_table_then_one_line(capsys, small_partitions) -> None:
