@@ -82,17 +82,30 @@ def _affine_relu_keep(x, m, s, t, gids, key, threshold, scale, out):  # pragma: 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _relu_grad_sums(out, grad, scale, x, mean, block, res):  # pragma: no cover - JIT
     """res = grad * scale where out > 0 (else 0); per block the column sums of res and of
-    ``res * (x - mean)``, float64."""
+    ``res * (x - mean)``, float64. ``res`` may be ``grad`` itself: each row is read into a
+    row buffer before it is written, and the sums are block-local (both loops vectorise; the
+    adds per column come in the same order as one plain loop)."""
     n, c = x.shape
     nb = (n + block - 1) // block
     part = np.zeros((nb, 2, c))
     for b in numba.prange(nb):
+        s0 = np.zeros(c)
+        s1 = np.zeros(c)
+        row = np.empty(c, np.float32)
         for i in range(b * block, min(n, (b + 1) * block)):
+            oi = out[i]
+            gi = grad[i]
+            xi = x[i]
             for j in range(c):
-                g = grad[i, j] * scale if out[i, j] > 0 else np.float32(0.0)
-                res[i, j] = g
-                part[b, 0, j] += g
-                part[b, 1, j] += np.float64(g) * (np.float64(x[i, j]) - mean[j])
+                g = gi[j] * scale if oi[j] > 0 else np.float32(0.0)
+                row[j] = g
+                s0[j] += g
+                s1[j] += np.float64(g) * (np.float64(xi[j]) - mean[j])
+            ri = res[i]
+            for j in range(c):
+                ri[j] = row[j]
+        part[b, 0] = s0
+        part[b, 1] = s1
     return part
 
 
@@ -102,6 +115,38 @@ def _input_grad(g, x, m, s, a, b):  # pragma: no cover - JIT
     for i in numba.prange(g.shape[0]):
         for j in range(g.shape[1]):
             g[i, j] = g[i, j] * s[j] - a[j] - (x[i, j] - m[j]) * b[j]
+
+
+def _use_count(t: torch.Tensor) -> int:
+    """References to ``t``'s storage (torch's own count, including the one of this query)."""
+    return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
+
+
+#: The count :func:`_use_count` gives for a storage held by one tensor alone (None: torch
+#: lacks the private query, so outputs are never reused).
+_ALONE = _use_count(torch.empty(1)) if hasattr(torch._C, "_storage_Use_Count") else None
+
+
+def _output_buffer(norm: GraphBatchNorm, like: torch.Tensor) -> torch.Tensor:
+    """The output rows of ``norm``'s fused forward: last step's buffer again when nothing but
+    ``norm`` holds it any more (the step's graph is gone), else a new one that ``norm`` keeps.
+
+    A fresh activation-sized buffer costs its page faults and zeroing every step (the output
+    of ReLU-dropout without a norm is written in place, so BatchNorm would pay this alone).
+    """
+    kept = getattr(norm, "_fused_out", None)
+    if (
+        _ALONE is not None
+        and kept is not None
+        and kept.shape == like.shape
+        and kept.dtype == like.dtype
+        and kept.device == like.device
+        and _use_count(kept) == _ALONE
+    ):
+        return kept.detach()  # a new tensor over the same storage, no history
+    out = torch.empty_like(like)
+    norm._fused_out = out.detach()
+    return out
 
 
 def _blocks_sum(part: np.ndarray) -> np.ndarray:
@@ -146,7 +191,7 @@ class BatchNormReluDropout(torch.autograd.Function):
         invstd = torch.rsqrt(var + norm.eps)
         s = invstd * weight.detach().double()
         scale = 1.0 / (1.0 - p)
-        out = torch.empty_like(xc)
+        out = _output_buffer(norm, xc)
         _affine_relu_keep(
             xc.numpy(),
             mean.float().numpy(),
@@ -196,6 +241,27 @@ class BatchNormReluDropout(torch.autograd.Function):
         return g, d_weight.float(), d_bias.float(), None, None, None, None
 
 
+def _evaluate_fused(norm: GraphBatchNorm, x: torch.Tensor) -> torch.Tensor:
+    """``relu(norm(x))`` with the running statistics, one pass, into the buffer the training
+    steps reuse (evaluation then allocates nothing beside the buffers training keeps)."""
+    xc = x.detach().contiguous()
+    invstd = torch.rsqrt(norm.running_var.detach().double() + norm.eps)
+    s = invstd * norm.weight.detach().double()
+    out = _output_buffer(norm, xc)
+    _affine_relu_keep(
+        xc.numpy(),
+        norm.running_mean.detach().float().numpy(),
+        s.float().numpy(),
+        norm.bias.detach().float().numpy(),
+        np.zeros(xc.shape[0], dtype=np.int64),
+        np.uint64(0),
+        np.uint64(0),  # threshold 0: nothing dropped
+        np.float32(1.0),
+        out.numpy(),
+    )
+    return out
+
+
 def batch_norm_relu_dropout(
     norm: GraphBatchNorm,
     x: torch.Tensor,
@@ -222,10 +288,14 @@ def batch_norm_relu_dropout(
         inplace_grad: the output's gradient comes from one consumer that made it afresh (the
             next layer), so the backward may overwrite it: no activation-sized buffer there.
     """
-    if training and x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() == 2:
+    fusable = x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() == 2
+    if training and fusable:
         return BatchNormReluDropout.apply(
             x, norm.weight, norm.bias, norm, comm, (global_ids, p, seed, epoch, layer), inplace_grad
         )
+    no_grad = not (torch.is_grad_enabled() and (x.requires_grad or norm.weight.requires_grad))
+    if not training and not norm.training and fusable and no_grad:
+        return _evaluate_fused(norm, x)
     out = norm(x, comm)
     if training and p > 0:
         return ReluDropout.apply(out, global_ids, p, seed, epoch, layer)

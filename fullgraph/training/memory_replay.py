@@ -512,9 +512,15 @@ class RankReplay:
         if norm == "none" and self.alone:  # ReLU-dropout in place
             led.rename(f"Y{i}", nxt)
             return []
-        if norm == "none" or (norm == "batch" and training):  # one new buffer (fused BN)
-            led.add(nxt, "working", F32 * n * o)
-            if norm == "batch":  # the fused BatchNorm keeps its input
+        if norm == "none":  # ReLU(-dropout) into a new buffer (the layer's input gradient is
+            led.add(nxt, "working", F32 * n * o)  # not fresh, or a residual reads Y too)
+            led.drop(f"Y{i}")
+            return []
+        if norm == "batch":  # fused: into a buffer it keeps for the next steps; keeps its input
+            if f"kept norm out{i}" not in led.live:
+                led.add(f"kept norm out{i}", "saved", F32 * n * o)
+            led.add(nxt, "working", 0)  # the kept buffer
+            if training:
                 led.rename(f"Y{i}", f"norm in{i}", "saved")
                 led.add(f"norm stats{i}", "saved", 4 * F32 * o)
                 return [f"norm in{i}", f"norm stats{i}"]

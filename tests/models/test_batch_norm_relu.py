@@ -120,3 +120,44 @@ def test_float64_takes_the_composed_path() -> None:
     ya, ga = _step(a, x.double(), dy.double(), gids, Communicator(), 0.5, True)
     yb, gb = _step(b, x.double(), dy.double(), gids, Communicator(), 0.5, False)
     assert torch.equal(ya, yb) and torch.equal(ga, gb)
+
+
+def test_output_buffer_is_reused_only_once_released() -> None:
+    """Step k's output buffer serves step k + 1 only when nothing holds it any more; reused or
+    fresh, the values and gradients are the same bits."""
+    x, dy, gids = _inputs(0, 0.0)
+    reuse, fresh = _norm(0), _norm(0)
+    held = []  # keeps every output of ``fresh``: its buffers can never be reused
+    pointers = []
+    for epoch in (1, 2, 3):
+        ya, ga = _step(reuse, x, dy, gids, Communicator(), 0.5, True, epoch)
+        yb, gb = _step(fresh, x, dy, gids, Communicator(), 0.5, True, epoch)
+        assert torch.equal(ya, yb) and torch.equal(ga, gb)
+        assert torch.equal(reuse.weight.grad, fresh.weight.grad)
+        pointers.append((ya.data_ptr(), yb.data_ptr()))
+        held.append(yb)
+        del ya  # the step's graph is gone too: ``reuse`` may take this buffer again
+        reuse.zero_grad()
+        fresh.zero_grad()
+    assert pointers[0][0] == pointers[1][0] == pointers[2][0]
+    assert len({b for _, b in pointers}) == 3
+    assert torch.equal(held[0], _step(_norm(0), x, dy, gids, Communicator(), 0.5, True, 1)[0])
+
+
+def test_evaluation_is_one_pass_into_the_kept_buffer() -> None:
+    x, dy, gids = _inputs(1, 3.0)
+    norm = _norm(1)
+    for epoch in (1, 2):  # running statistics away from their start
+        y, _ = _step(norm, x, dy, gids, Communicator(), 0.5, True, epoch)
+    del y
+    kept = norm._fused_out.data_ptr()
+    norm.eval()
+    with torch.no_grad():
+        got = batch_norm_relu_dropout(
+            norm, x, Communicator(), global_ids=gids, p=0.5, seed=7, epoch=3, layer=1,
+            training=False,
+        )  # fmt: skip
+        want = torch.relu(norm.double()(x.double(), None)).float()
+    assert got.data_ptr() == kept  # no new activation-sized buffer
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert (got == 0).float().mean() < 0.75  # ReLU only: nothing dropped in evaluation
