@@ -5,12 +5,13 @@ Two measurements, one process, the whole graph, the same threads:
 (a) epoch time: one trainer per variant, built side by side, their train steps interleaved
     (none, batch, layer, none, batch, ...) so the machine's noise falls on all of them alike;
     the median and the fastest step per variant and their ratios to ``none`` (on a shared
-    machine the fastest is the one least disturbed);
+    machine the fastest is the one least disturbed); with ``--with-eval`` each timed unit is a
+    whole epoch as ``fit`` runs it (the step and an evaluation);
 (b) accuracy: each variant trained for ``--train-epochs`` epochs (one after another), best
     validation accuracy and the test accuracy at that epoch.
 
 Usage: ``python bench/norm.py --root DIR [--dataset arxiv-synth] [--rounds 10]
-[--train-epochs 200] [--out bench/results]``. Writes ``OUT/norm.csv`` (long format,
+[--train-epochs 200] [--with-eval] [--out bench/results]``. Writes ``OUT/norm.csv`` (long format,
 bench/common.py). A missing arxiv-synth is generated under ``--root`` first.
 """
 
@@ -73,6 +74,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--norms", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    ap.add_argument(
+        "--with-eval",
+        action="store_true",
+        help="time whole epochs as `fullgraph train` runs them (--eval-every 1): the training "
+        "step and the evaluation",
+    )
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     a = ap.parse_args()
 
@@ -81,7 +88,7 @@ def main() -> None:
     setup_threads(a.threads)  # the environment and allocator `fullgraph train` uses
     part = load_part(a.root, a.dataset)
     csv = CSVWriter(Path(a.out) / "norm.csv")
-    what = f"{a.dataset} gcn 3x256"
+    what = f"{a.dataset} gcn 3x256" + (", epoch = step + evaluation" if a.with_eval else "")
 
     norms = [n for n in VARIANTS if n in a.norms]
     trainers = {norm: build(part, norm, a.rounds + 1, a.seed) for norm in norms}
@@ -90,12 +97,15 @@ def main() -> None:
         for norm, tr in trainers.items():
             t0 = time.perf_counter()
             tr.train_step(epoch)
+            if a.with_eval:
+                tr.evaluate()
             if epoch > 1:  # the first step warms the kernels up
                 times[norm].append(time.perf_counter() - t0)
     del trainers
     base = statistics.median(times[norms[0]])
     base_min = min(times[norms[0]])
-    print(f"{what}, {a.rounds} interleaved steps per variant, {a.threads} threads:")
+    unit = "epochs" if a.with_eval else "steps"
+    print(f"{what}, {a.rounds} interleaved {unit} per variant, {a.threads} threads:")
     for norm in norms:
         step, fastest = statistics.median(times[norm]), min(times[norm])
         print(

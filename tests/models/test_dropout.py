@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from fullgraph.models.dropout import dropout_keep_mask, hashed_dropout, keep_scale_torch, stream_key
@@ -30,16 +31,19 @@ def test_torch_masks_equal_numba_masks() -> None:
         assert np.array_equal(got.numpy() > 0, ref)
 
 
-def test_fused_relu_dropout_equals_relu_then_dropout() -> None:
+@pytest.mark.parametrize("width", [1, 11, 64])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_fused_relu_dropout_equals_relu_then_dropout(width: int, inplace: bool) -> None:
     from fullgraph.models.dropout import ReluDropout
 
     gids = np.array([4, 9, 1, 30, 2], dtype=np.int64)
-    x = torch.randn(5, 11, dtype=torch.float32)
+    x = torch.randn(5, width, dtype=torch.float32)
+    x[0, 0] = -0.0
     a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     ref = hashed_dropout(torch.relu(a), gids, 0.5, 2, 7, 1)
-    got = ReluDropout.apply(b, gids, 0.5, 2, 7, 1)
+    got = ReluDropout.apply(b * 1.0, gids, 0.5, 2, 7, 1, inplace)  # b * 1.0: a non-leaf input
     assert torch.equal(got, ref)
-    w = torch.randn(5, 11)
+    w = torch.randn(5, width)
     (ref * w).sum().backward()
     (got * w).sum().backward()
     assert torch.equal(a.grad, b.grad)
