@@ -9,8 +9,18 @@ from tqdm import tqdm
 
 from fullgraph.datasets.graph import Graph
 from fullgraph.errors import PartitionError
-from fullgraph.partition.format import META_NAME, REWRITE, partition_root, read_meta
+from fullgraph.partition.format import (
+    META_NAME,
+    PART_ARRAYS,
+    REWRITE,
+    partition_root,
+    read_meta,
+)
 from fullgraph.partition.load import Partition, load_partition
+from fullgraph.resources import drop_resident_pages
+
+#: The graph arrays :func:`verify_partitions` reads (their mapped pages are dropped per part).
+GRAPH_ARRAYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
 
 
 def _fail(part: Partition, msg: str) -> PartitionError:
@@ -50,33 +60,60 @@ def _check_structure(p: Partition, num_nodes: int) -> None:
         raise _fail(p, f"halo node {v} is the source of no stored edge")
 
 
+#: Stored edges compared per block of rows (bounds the temporaries of a products-size part).
+EDGE_BLOCK = 1 << 22
+
+
+def _row_blocks(indptr: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges ``[lo, hi)`` of about ``limit`` entries each (at least a row)."""
+    rows = indptr.shape[0] - 1
+    cuts = np.searchsorted(indptr, np.arange(limit, int(indptr[-1]), limit), side="right") - 1
+    bounds = np.unique(np.concatenate([[0], np.clip(cuts, 1, rows), [rows]]))
+    return [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 def _check_against_graph(p: Partition, graph: Graph) -> None:
-    """Edges, degrees, features, labels and masks of one part against the source graph."""
+    """Edges, degrees, features, labels and masks of one part against the source graph, a
+    block of rows at a time."""
     n, ni = graph.num_nodes, p.num_inner
     inner = np.asarray(p.global_ids[:ni])
     if not np.array_equal(p.in_degree, graph.in_degree()[p.global_ids]):
         raise _fail(p, "in_degree differs from the source graph's in-degrees")
-    counts = np.diff(p.indptr)
-    rows = np.repeat(np.arange(ni, dtype=np.int64), counts)
-    starts = np.repeat(graph.indptr[inner] - p.indptr[:-1], counts)
-    expected = rows * n + graph.indices[starts + np.arange(rows.size, dtype=np.int64)]
-    stored = rows * n + p.global_ids[p.indices]
-    expected.sort()
-    stored.sort()
-    if not np.array_equal(expected, stored):
-        row = int(expected[np.flatnonzero(expected != stored)[0]] // n)
-        raise _fail(p, f"incoming edges of node {int(inner[row])} differ from the source graph")
+    indptr = np.asarray(p.indptr)
     x = np.zeros((n, 0), np.float32) if graph.x is None else graph.x
-    for name, src in (
+    sources = (
         ("x", x),
         ("y", graph.y),
         ("train_mask", graph.train_mask),
         ("val_mask", graph.val_mask),
         ("test_mask", graph.test_mask),
-    ):
-        if not np.array_equal(getattr(p, name), src[inner]):
-            bad = np.flatnonzero(np.any((getattr(p, name) != src[inner]).reshape(ni, -1), axis=1))
-            raise _fail(p, f"{name} of node {int(inner[bad[0]])} differs from the source graph")
+    )
+    for lo, hi in _row_blocks(indptr, EDGE_BLOCK):
+        counts = np.diff(indptr[lo : hi + 1])
+        rows = np.repeat(np.arange(lo, hi, dtype=np.int64), counts)
+        starts = np.repeat(graph.indptr[inner[lo:hi]] - indptr[lo:hi], counts)
+        at = starts + np.arange(indptr[lo], indptr[hi], dtype=np.int64)
+        expected = rows * n + graph.indices[at]
+        stored = rows * n + p.global_ids[p.indices[indptr[lo] : indptr[hi]]]
+        expected.sort()
+        stored.sort()
+        if not np.array_equal(expected, stored):
+            row = int(expected[np.flatnonzero(expected != stored)[0]] // n)
+            raise _fail(p, f"incoming edges of node {int(inner[row])} differ from the source graph")
+        for name, src in sources:
+            got, want = getattr(p, name)[lo:hi], src[inner[lo:hi]]
+            if not np.array_equal(got, want):
+                bad = np.flatnonzero(np.any((got != want).reshape(hi - lo, -1), axis=1))
+                raise _fail(
+                    p, f"{name} of node {int(inner[lo + bad[0]])} differs from the source graph"
+                )
+
+
+def _release(obj: Partition | Graph) -> None:
+    """Drop the resident pages of ``obj``'s memory-mapped arrays (they stay in the page cache;
+    in-memory arrays are left alone), so verifying P parts holds about one part at a time."""
+    for name in PART_ARRAYS if isinstance(obj, Partition) else GRAPH_ARRAYS:
+        drop_resident_pages(getattr(obj, name, None))
 
 
 def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) -> dict:
@@ -119,6 +156,7 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
                 )
     parts = [load_partition(root, r) for r in tqdm(range(P), desc="verify", disable=None)]
     owner = np.full(n, -1, dtype=np.int64)
+    cut = 0
     for p in parts:
         _check_structure(p, n)
         inner = p.global_ids[: p.num_inner]
@@ -126,6 +164,8 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
             v = int(inner[np.flatnonzero(owner[inner] >= 0)[0]])
             raise PartitionError(f"node {v} is owned by part {owner[v]} and part {p.rank}")
         owner[inner] = p.rank
+        cut += int(np.count_nonzero(p.indices >= p.num_inner))
+        _release(p)  # parts are read one at a time: only one part's pages stay resident
     if np.any(owner < 0):
         raise PartitionError(f"node {int(np.flatnonzero(owner < 0)[0])} is owned by no part")
     total_edges = sum(p.num_edges for p in parts)
@@ -153,7 +193,8 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
                 )
         if graph is not None:
             _check_against_graph(p, graph)
-    cut = sum(int(np.count_nonzero(p.indices >= p.num_inner)) for p in parts)
+            _release(graph)
+        _release(p)
     if cut != meta["edge_cut"]:
         raise PartitionError(
             f"{meta_path}: edge_cut is {meta['edge_cut']} but the parts store {cut} edges from "

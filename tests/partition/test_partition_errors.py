@@ -177,6 +177,32 @@ def test_verify_catches_rewired_edge(parts4, small_graph):
         verify_partitions(parts4, small_graph)
 
 
+def test_verify_in_small_row_blocks_catches_a_late_edge_and_label(parts4, small_graph, monkeypatch):
+    """Against the graph, parts are compared a block of rows at a time: the last rows count."""
+    import fullgraph.partition.verify as verify
+
+    monkeypatch.setattr(verify, "EDGE_BLOCK", 7)  # many blocks even on the test graph
+    verify_partitions(parts4, small_graph)
+    part = load_partition(parts4, 3)
+    last = int(part.global_ids[part.num_inner - 1])
+    y = np.load(parts4 / "part-3" / "y.npy")
+    y[-1] = (y[-1] + 1) % small_graph.num_classes
+    rewrite(parts4, "part-3/y.npy", y)
+    with pytest.raises(PartitionError, match=f"part-3: y of node {last} differs"):
+        verify_partitions(parts4, small_graph)
+    y[-1] = (y[-1] - 1) % small_graph.num_classes
+    rewrite(parts4, "part-3/y.npy", y)  # restored
+    verify_partitions(parts4, small_graph)
+    indices = np.load(parts4 / "part-3" / "indices.npy")
+    lo = int(part.indptr[part.num_inner - 1])
+    row = indices[lo:]  # the last row's sources: rewire one from an inner node to another
+    k = lo + int(np.flatnonzero(row < part.num_inner)[0])
+    indices[k] = next(v for v in range(part.num_inner) if v not in set(row.tolist()))
+    rewrite(parts4, "part-3/indices.npy", indices)
+    with pytest.raises(PartitionError, match=f"incoming edges of node {last} differ"):
+        verify_partitions(parts4, small_graph)
+
+
 def test_cli_partition_and_verify(small_graph, tmp_path, fake_load, capsys):
     out = tmp_path / "parts"
     args = ["partition", "--dataset", small_graph.name, "--root", str(tmp_path)]
