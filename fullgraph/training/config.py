@@ -26,6 +26,7 @@ from fullgraph.config import (
 )
 from fullgraph.distributed.compression import CODECS
 from fullgraph.errors import ConfigError
+from fullgraph.models.gnn import GNN
 from fullgraph.models.layers import LayerOptions, layer_kinds
 from fullgraph.models.norm import NORMS
 
@@ -151,6 +152,22 @@ class TrainConfig(InputDropoutConfig, Config):
         drop = self.dropout if self.attention_dropout is None else self.attention_dropout
         return LayerOptions(
             heads=self.heads or 1, output_heads=self.output_heads or 1, attention_dropout=drop
+        )
+
+    def build_model(self, num_features: int, num_classes: int) -> GNN:
+        """The configured :class:`~fullgraph.models.gnn.GNN` for ``num_features`` inputs and
+        ``num_classes`` outputs (on torch's current default device)."""
+        return GNN(
+            self.model,
+            num_features,
+            self.hidden,
+            num_classes,
+            self.layers,
+            self.dropout,
+            self.resolved_input_dropout(),
+            options=self.layer_options(),
+            norm=self.norm,
+            residual=self.residual,
         )
 
     @property

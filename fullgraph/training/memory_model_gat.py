@@ -21,7 +21,7 @@ averaged) and ``ext = k (w + 2)`` columns of ``[x W | a_src . x' | a_dst . x']``
 
 from __future__ import annotations
 
-from fullgraph.training.memory_replay import F32, I64, RankReplay, parameter_count
+from fullgraph.training.memory_replay import F32, I64, RankReplay
 
 
 class GATRank(RankReplay):
@@ -29,14 +29,12 @@ class GATRank(RankReplay):
 
     def _heads(self, i: int) -> tuple[int, int]:
         """``(heads, width per head)`` of layer ``i``."""
-        last = i == len(self.dims) - 2
-        k = (self.cfg.output_heads or 1) if last else (self.cfg.heads or 1)
-        o = self.dims[i + 1]
-        return k, (o if last else o // k)
+        layer = self.model.layers[i]
+        return layer.heads, layer.width
 
     def _exchanges_input(self, i: int) -> bool:
-        k, w = self._heads(i)
-        return self.g.num_parts > 1 and self.dims[i] < k * (w + 1)
+        """Whether layer ``i`` exchanges its input rows (else the projected rows)."""
+        return self.g.num_parts > 1 and self.model.layers[i].exchanges_input
 
     def setup(self) -> None:
         """:func:`~fullgraph.training.assembly.assemble_rank` for GAT."""
@@ -44,10 +42,7 @@ class GATRank(RankReplay):
         n, h, e, S = p.num_inner, p.num_halo, p.num_edges, p.num_send
         F = g.num_features
         led.phase = "setup"
-        led.add("part ids", "structure", 2 * I64 * (n + h) + I64 * (n + 1) + I64 * S)
-        led.add("attention graph", "structure", I64 * e)  # the part's column ids, kept
-        led.add("x", "features", F32 * n * F)
-        led.add("labels and masks", "features", (I64 + 3) * n)
+        self._loaded_part("attention graph")  # the part's column ids are kept
         led.add("plan send list", "structure", I64 * S)
         led.add("dropout ids", "structure", I64 * n)
         led.add("nonzero count", "working", n * F)
@@ -60,13 +55,9 @@ class GATRank(RankReplay):
         led.add("transpose temporaries", "working", 2 * I64 * e)
         led.add("attention transpose", "structure", 2 * I64 * e + I64 * (n + h + 1))
         led.drop("transpose temporaries")
-        params = self._params()
-        led.add("parameters, gradients, Adam moments", "optimizer", 4 * F32 * params)
+        led.add("parameters, gradients, Adam moments", "optimizer", 4 * F32 * self.params)
         if self.cfg.error_feedback and self.codecs is not None:
             self._residuals()
-
-    def _params(self) -> int:
-        return parameter_count(self.cfg, self.g.num_features, self.g.num_classes)
 
     def _halo_in(self, tag: str, width: int, training: bool, direction: int) -> None:
         """A blocking exchange (:class:`~fullgraph.distributed.halo.HaloExchange`): forward
@@ -139,11 +130,11 @@ class GATRank(RankReplay):
             led.drop("grad adst")
             if i > 0:
                 led.add("d cat", "working", F32 * (n + h) * d)
-                led.drop("grad rows", f"cat{i}")
+            led.drop("grad rows", f"cat{i}")
+            if i > 0:
                 self._halo_in(f"bwd{i}", d, True, 1)
                 led.add("dh", "working", F32 * n * d)
                 led.drop("d cat", f"bwd{i} rows")
-            led.drop("grad rows", f"cat{i}")
             return
         if self.g.num_parts > 1:  # the halo part of the rows' gradient goes back
             self._halo_in(f"bwd{i}", sent, True, 1)

@@ -163,21 +163,8 @@ def _meta_model(cfg: TrainConfig, num_features: int, num_classes: int) -> Any:
     """The run's :class:`~fullgraph.models.gnn.GNN` on torch's meta device (shapes only)."""
     import torch
 
-    from fullgraph.models.gnn import GNN
-
     with torch.device("meta"):
-        return GNN(
-            cfg.model,
-            num_features,
-            cfg.hidden,
-            num_classes,
-            cfg.layers,
-            cfg.dropout,
-            cfg.resolved_input_dropout(),
-            options=cfg.layer_options(),
-            norm=cfg.norm,
-            residual=cfg.residual,
-        )
+        return cfg.build_model(num_features, num_classes)
 
 
 def parameter_count(cfg: TrainConfig, num_features: int, num_classes: int) -> int:
@@ -204,7 +191,10 @@ class RankReplay:
     def __init__(self, part: PartShape, graph: GraphShape, cfg: TrainConfig, floor: int):
         self.p, self.g, self.cfg = part, graph, cfg
         self.led = Ledger(floor)
-        self.dims = widths(cfg, graph.num_features, graph.num_classes)
+        #: the run's model on the meta device: its widths, parameters and layers' shapes
+        self.model = _meta_model(cfg, graph.num_features, graph.num_classes)
+        self.dims: list[int] = list(self.model.dims)
+        self.params = sum(q.numel() for q in self.model.parameters())
         self.root = cfg.model == "sage"
         self.budget = int(cfg.exchange_buffer_mb * 2**20)
         self.pre = precomputes(cfg)
@@ -271,17 +261,24 @@ class RankReplay:
         led.drop(f"{tag} send 0", f"{tag} recv 0", f"{tag} send 1", f"{tag} recv 1")
 
     # -- phases --------------------------------------------------------------------------
+    def _loaded_part(self, indices: str) -> None:
+        """The part as loaded (read into memory): ids, CSR row pointers, degrees and send list
+        (``part ids``), its column ids (named ``indices``: kept by GAT), features, labels and
+        masks."""
+        led, p = self.led, self.p
+        n, h, S = p.num_inner, p.num_halo, p.num_send
+        led.add("part ids", "structure", 2 * I64 * (n + h) + I64 * (n + 1) + I64 * S)
+        led.add(indices, "structure", I64 * p.num_edges)
+        led.add("x", "features", F32 * n * self.g.num_features)
+        led.add("labels and masks", "features", (I64 + 3) * n)
+
     def setup(self) -> None:
         """:func:`~fullgraph.training.assembly.assemble_rank` on the loaded part."""
         led, p, g = self.led, self.p, self.g
         n, h, e, S = p.num_inner, p.num_halo, p.num_edges, p.num_send
         F = g.num_features
         led.phase = "setup"
-        # the part as loaded (read into memory): ids, CSR, degrees, send list; features
-        led.add("part ids", "structure", 2 * I64 * (n + h) + I64 * (n + 1) + I64 * S)
-        led.add("part indices", "structure", I64 * e)
-        led.add("x", "features", F32 * n * F)
-        led.add("labels and masks", "features", (I64 + 3) * n)
+        self._loaded_part("part indices")
         ep = e
         if self.cfg.model == "gcn":  # with_self_loops (int64 ids), then the GCN weights
             ep = e + n
@@ -329,8 +326,7 @@ class RankReplay:
         led.drop("nonzero count")
         # the caller lets the part go: its ids, CSR and degrees leave (x, labels stay shared)
         led.drop("part ids", "part indices")
-        params = parameter_count(self.cfg, F, g.num_classes)
-        led.add("parameters, gradients, Adam moments", "optimizer", 4 * F32 * params)
+        led.add("parameters, gradients, Adam moments", "optimizer", 4 * F32 * self.params)
         if self.cfg.error_feedback and self.codecs is not None:
             self._residuals()
         self._slice_structure(eh)
@@ -434,8 +430,7 @@ class RankReplay:
                 self._between_backward(i - 1)
                 led.drop(*norm_saved[i - 1])
         led.phase = "gradient all-reduce"
-        params = parameter_count(self.cfg, F, C)
-        led.add("all-reduce vectors", "optimizer", 2 * F32 * (params + 1))
+        led.add("all-reduce vectors", "optimizer", 2 * F32 * (self.params + 1))
         led.drop("all-reduce vectors")
 
     def layer_forward(self, i: int, training: bool, rebuild: bool) -> tuple[list[str], bool]:

@@ -119,19 +119,7 @@ class Trainer(EpochLoop):
         """The model, seeded, with rank 0's initial parameters broadcast to every rank."""
         cfg = self.config
         torch.manual_seed(cfg.seed)
-        model = GNN(
-            cfg.model,
-            int(part.num_features),
-            cfg.hidden,
-            int(part.num_classes),
-            cfg.layers,
-            cfg.dropout,
-            cfg.resolved_input_dropout(),
-            options=cfg.layer_options(),
-            norm=cfg.norm,
-            residual=cfg.residual,
-        )
-        model = model.to(self.device)
+        model = cfg.build_model(int(part.num_features), int(part.num_classes)).to(self.device)
         flat = parameter_vector(model)
         load_parameter_vector(model, self.comm.broadcast_(flat, root=0))
         return model
