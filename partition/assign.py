@@ -124,12 +124,10 @@ def _metis_library(
     """
     import fullgraph.partition.libmetis as libmetis
 
-    lib = libmetis.find_libmetis() if library in ("auto", "libmetis") else None
-    if library == "libmetis" and lib is None:
-        raise ConfigError(
-            "--metis libmetis: no METIS shared library found (install Debian's libmetis5, run "
-            f"`make install`, or set {libmetis.ENV_VAR}=/path/to/libmetis.so)"
-        )
+    if library == "libmetis":
+        lib = libmetis.require_libmetis()
+    else:
+        lib = libmetis.find_libmetis() if library == "auto" else None
     xadj, adjncy = symmetric_adjacency(graph)
     sums = [int(graph.num_nodes), int(graph.num_edges)]
     fits = lib is not None and libmetis.fits(lib, int(adjncy.size), sums)

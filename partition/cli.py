@@ -57,15 +57,10 @@ def _partition(args: argparse.Namespace) -> int:
     if args.parts < 1:
         check_num_parts(args.parts, 1)
     check_output(args.out, "--out", kind="dir", exist_ok=args.force)
-    if args.method == "metis" and args.metis == "libmetis":
-        from fullgraph.errors import ConfigError
-        from fullgraph.partition.libmetis import ENV_VAR, find_libmetis
+    if args.method == "metis" and args.metis == "libmetis":  # before the graph is read
+        from fullgraph.partition.libmetis import require_libmetis
 
-        if find_libmetis() is None:
-            raise ConfigError(
-                "--metis libmetis: no METIS shared library found (install Debian's libmetis5, "
-                f"run `make install`, or set {ENV_VAR}=/path/to/libmetis.so)"
-            )
+        require_libmetis()
     graph = load(args.dataset, args.root, mmap=True)  # read in place: parts are built one by one
     # Raises (nothing printed as success) when --out appears meanwhile without --force, and
     # lets SIGTERM / Ctrl-C through so that the temporary directory is removed.

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fullgraph.errors import PartitionError
+from fullgraph.errors import ConfigError, PartitionError
 
 #: Environment variable naming a libmetis to use (``off`` disables the search).
 ENV_VAR = "FULLGRAPH_LIBMETIS"
@@ -103,6 +103,18 @@ def find_libmetis() -> LibMetis | None:
             if explicit:
                 raise
     return None
+
+
+def require_libmetis() -> LibMetis:
+    """:func:`find_libmetis`, or a :class:`ConfigError` saying how to get a library (for
+    ``--metis libmetis``)."""
+    lib = find_libmetis()
+    if lib is None:
+        raise ConfigError(
+            "--metis libmetis: no METIS shared library found (install Debian's libmetis5, run "
+            f"`make install`, or set {ENV_VAR}=/path/to/libmetis.so)"
+        )
+    return lib
 
 
 def fits(lib: LibMetis, num_entries: int, weight_sums: list[int]) -> bool:
