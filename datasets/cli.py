@@ -47,7 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--name", required=True, help="dataset name, e.g. arxiv-synth")
     synth.add_argument("--root", required=True, type=Path, help="dataset root directory")
     synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    synth.add_argument("--force", action="store_true", help="replace an existing dataset")
+    synth.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing dataset directory if `data synth` wrote it (anything else "
+        "there is refused and left as it is)",
+    )
     synth.set_defaults(func=_synth)
 
     info = sub.add_parser(
@@ -82,6 +87,7 @@ def setup_logging() -> None:
 
 def _synth(args: argparse.Namespace) -> int:
     from fullgraph.atomic import check_output
+    from fullgraph.datasets.ogb_writer import DATASET
     from fullgraph.datasets.paths import dataset_dir
     from fullgraph.datasets.synthetic import generate, write_ogb
     from fullgraph.errors import ConfigError
@@ -91,9 +97,15 @@ def _synth(args: argparse.Namespace) -> int:
     target = dataset_dir(args.root, args.name)  # DataError for a name that is a path
     if os.path.lexists(args.root) and not args.root.is_dir():
         raise ConfigError(f"--root {args.root} is a file; give the dataset root directory")
-    if os.path.lexists(target) and not args.force:
-        raise FileExistsError(f"{target} already exists (use --force to replace it)")
-    check_output(target, "dataset directory", kind="dir", exist_ok=True)
+    # an existing directory is replaced (--force) only if `data synth` wrote it
+    check_output(
+        target,
+        "dataset directory",
+        kind="dir",
+        exist_ok=args.force,
+        ours=DATASET,
+        advice="choose another --name or --root, or remove it yourself",
+    )
     timer = StageTimer()
     with timer.stage("generate"):
         graph = generate(args.preset, seed=args.seed)

@@ -1,8 +1,11 @@
 """Reader of the MUSAE datasets (Rozemberczki et al.): Facebook page-page and GitHub developers.
 
-Files in ``<root>/<facebook|github>/raw/``: ``edges.csv`` (header ``id_1,id_2``, each
-undirected edge once), ``target.csv`` (``id`` plus the label column: ``page_type`` strings for
-Facebook, ``ml_target`` 0/1 for GitHub) and, for Facebook, ``features.json``
+Files in ``<root>/<facebook|github>/raw/``, or in the directories the datasets are distributed
+under (``facebook_page_page/``, PyG's and the MUSAE source's name; ``github_musae/``), which
+are also accepted as dataset names (``facebook-page-page``, ``github-musae``): ``edges.csv``
+(header ``id_1,id_2``, each undirected edge once; a header alone: a graph without edges),
+``target.csv`` (``id`` plus the label column: ``page_type`` strings for Facebook,
+``ml_target`` 0/1 for GitHub) and, for Facebook, ``features.json``
 (``{node id: [feature ids]}``, turned into a binary bag of words). The GitHub copy here has no
 features: ``x`` is ``None`` and ``meta["missing"] == ["features"]``. Neither ships a split; a
 seeded per-class split of 20 training and 30 validation nodes per class is used.
@@ -12,19 +15,47 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
 
 from fullgraph.datasets.edges import edges_to_csr
 from fullgraph.datasets.graph import Graph
-from fullgraph.datasets.paths import raw_dir
+from fullgraph.datasets.paths import dataset_dir, raw_dir
 from fullgraph.datasets.split import per_class_split
 from fullgraph.errors import DataError
 
 log = logging.getLogger(__name__)
 
 _LABEL_COLUMN = {"facebook": "page_type", "github": "ml_target"}
+#: dataset -> its directory names: ours, then the one it is distributed under
+DIRECTORIES = {"facebook": ("facebook", "facebook_page_page"), "github": ("github", "github_musae")}
+
+
+def musae_dataset(name: str) -> str | None:
+    """``facebook`` or ``github`` for any name of theirs (``facebook-page-page``,
+    ``github_musae``...), else ``None``."""
+    directory = name.replace("-", "_")
+    return next((d for d, dirs in DIRECTORIES.items() if directory in dirs), None)
+
+
+def musae_raw_dir(root: Path, name: str) -> Path:
+    """The ``raw/`` of dataset ``name``: its own directory if present, else the first other
+    directory of the same dataset that is (``facebook`` finds ``facebook_page_page/``).
+
+    Raises:
+        DataError: none of the directories exists (all named), or :func:`raw_dir`'s errors.
+    """
+    own = dataset_dir(root, name)
+    others = [Path(root) / d for d in DIRECTORIES[musae_dataset(name) or name] if d != own.name]
+    for d in [own, *others]:
+        if os.path.lexists(d):
+            return raw_dir(root, d.name)
+    if not Path(root).is_dir():
+        return raw_dir(root, name)  # its message names the root
+    tried = " or ".join(str(d) for d in [own, *others])
+    raise DataError(f"dataset {name!r} not found: expected directory {tried}")
 
 
 def _read_table(path: Path) -> dict[str, np.ndarray]:
@@ -46,6 +77,8 @@ def _read_table(path: Path) -> dict[str, np.ndarray]:
 def _ids(table: dict[str, np.ndarray], column: str, path: Path) -> np.ndarray:
     """Column ``column`` of a CSV table as int64 node ids (whole numbers, no gaps)."""
     a = table[column]
+    if a.size == 0:  # a header and no rows (an edgeless graph's edges.csv): no type to check
+        return np.zeros(0, dtype=np.int64)
     if not np.issubdtype(a.dtype, np.integer):
         found = "text or empty fields" if a.dtype == object else a.dtype
         raise DataError(f"{path}: column {column!r} must hold integer node ids, found {found}")
@@ -92,8 +125,11 @@ def read_musae(
     """Load ``facebook`` or ``github`` from MUSAE CSV/JSON files.
 
     Args:
-        root: dataset root; files in ``<root>/<name>/raw/``.
-        name: ``facebook`` or ``github``.
+        root: dataset root; files in ``<root>/<name>/raw/`` (or the distributed directory
+            name's, :data:`DIRECTORIES`).
+        name: ``facebook`` or ``github``, or a name of :data:`DIRECTORIES`
+            (``facebook_page_page``, ``github-musae``); the graph is named ``facebook`` /
+            ``github`` either way.
         symmetric: add reverse edges.
         remove_self_loops: drop ``v -> v`` edges (Facebook has 179).
         seed: seed of the per-class 20/30 split.
@@ -104,7 +140,8 @@ def read_musae(
     Raises:
         DataError: missing file (path named) or inconsistent contents.
     """
-    raw = raw_dir(root, name)
+    raw = musae_raw_dir(root, name)
+    name = musae_dataset(name) or name
     target_path = raw / "target.csv"
     target = _read_table(target_path)
     col = _LABEL_COLUMN[name]

@@ -50,12 +50,17 @@ def _require(path: Path) -> Path:
     return path
 
 
+def _empty_file(exc: BaseException) -> bool:
+    """Whether pyarrow failed because the (decompressed) file holds nothing."""
+    return isinstance(exc, StopIteration) or "Empty CSV file" in str(exc)
+
+
 def _read_error(path: Path, dtype: str, exc: BaseException) -> DataError:
     """The one-line :class:`DataError` for a file pyarrow could not read or parse."""
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, OSError) and exc.errno is not None:
         return DataError(f"{path}: cannot read ({exc.strerror or msg}); check the file")
-    if "Empty CSV file" in msg or isinstance(exc, StopIteration):
+    if _empty_file(exc):
         return DataError(f"{path}: the file is empty; replace it with an intact copy")
     if isinstance(exc, (OSError, EOFError, zlib.error)):
         kind = "gzip file" if path.suffix == ".gz" else "file"
@@ -73,6 +78,7 @@ def read_csv_columns(
     desc: str = "",
     *,
     columns: int | None = None,
+    allow_empty: bool = False,
 ) -> np.ndarray:
     """Read a headerless numeric CSV (plain or ``.gz``) into a 2-D numpy array.
 
@@ -82,18 +88,22 @@ def read_csv_columns(
         total_rows: expected rows, for the progress bar (``None``: unknown).
         desc: progress-bar label.
         columns: the number of columns the file must have (``None``: any).
+        allow_empty: an empty file (no rows: an edgeless graph's ``edge.csv.gz``) is read as
+            ``[0, columns]`` rows (``columns`` must be given); otherwise it is refused.
 
     Returns:
         Array [rows, columns] of the matching numpy dtype.
 
     Raises:
-        DataError: the file is missing, unreadable, truncated or not gzip (``.gz``), empty, not
-            numeric, ragged, or has another number of columns than ``columns``.
+        DataError: the file is missing, unreadable, truncated or not gzip (``.gz``), empty
+            (unless ``allow_empty``), not numeric, ragged, or has another number of columns than
+            ``columns``.
     """
     import pyarrow as pa  # only when parsing raw files: ranks never pay its memory
     import pyarrow.csv as pacsv
 
     _require(path)
+    empty = np.zeros((0, columns or 0), dtype=np.dtype(dtype))
     compression = "gzip" if path.suffix == ".gz" else None
     ro = pacsv.ReadOptions(autogenerate_column_names=True, block_size=1 << 24)
     failures = (
@@ -141,8 +151,12 @@ def read_csv_columns(
         finally:
             stream.close()
     except failures as exc:
+        if allow_empty and columns and _empty_file(exc):
+            return empty
         raise _read_error(path, dtype, exc) from exc
     rows = sum(c.shape[0] for c in chunks)
+    if rows == 0 and allow_empty and columns:
+        return empty
     if rows == 0:
         raise DataError(f"{path}: the file holds no rows; replace it with an intact copy")
     out = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
@@ -279,7 +293,10 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
         raise DataError(f"{label_path}: label {yf[labelled].max():g} is too large")
     y = np.where(labelled, yf, -1).astype(np.int64)
     edge_path = raw / "edge.csv.gz"
-    edges = read_csv_columns(_require(edge_path), "int64", m, f"{name} edges", columns=2)
+    # an edgeless graph (num-edge-list says 0) is valid: its edge file is empty
+    edges = read_csv_columns(
+        _require(edge_path), "int64", m, f"{name} edges", columns=2, allow_empty=m == 0
+    )
     if edges.shape[0] != m:
         raise DataError(f"{edge_path}: {edges.shape[0]} edges but num-edge-list says {m}")
     src, dst = edges[:, 0].copy(), edges[:, 1].copy()

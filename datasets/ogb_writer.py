@@ -11,6 +11,9 @@ Layout written under ``<root>/<name with - as _>/`` (one atomic directory rename
     meta.json                  fullgraph's marker: name, classes, split scheme, whether the
                                edge file is symmetric-once, and the generator's parameters
 
+and, once loaded, the reader's cache ``processed/<variant>/{key.json,*.npy}``. ``force``
+replaces only a directory of exactly these (:data:`DATASET`).
+
 CSV text is written by pyarrow's multi-threaded CSV writer into a gzip stream at level 1
 (fast; OGB's files are ordinary gzip so any level reads the same).
 """
@@ -18,13 +21,14 @@ CSV text is written by pyarrow's multi-threaded CSV writer into a gzip stream at
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from fullgraph.atomic import atomic_dir, atomic_write_json
+from fullgraph.atomic import OutputKind, atomic_dir, atomic_write_json, holds, is_temporary_name
 from fullgraph.datasets.edges import csr_to_edges, is_symmetric, undirected_edges
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.paths import dataset_dir
@@ -34,6 +38,76 @@ log = logging.getLogger(__name__)
 #: Version of the meta.json marker written beside OGB-layout data.
 MARKER_FORMAT = "fullgraph-ogb-v1"
 _ROWS_PER_BATCH = 1_000_000
+#: The files of ``raw/`` and of ``split/<scheme>/`` written here.
+_RAW_FILES = {
+    "edge.csv.gz",
+    "node-feat.csv.gz",
+    "node-label.csv.gz",
+    "num-node-list.csv.gz",
+    "num-edge-list.csv.gz",
+}
+_SPLIT_FILES = {"train.csv.gz", "valid.csv.gz", "test.csv.gz"}
+
+
+def _is_cache_file(name: str) -> bool:
+    return name.endswith(".npy") or name == "key.json"
+
+
+def _is_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _is_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _unexpected_under(entry: Path) -> list[Path]:
+    """The paths under ``raw/``, ``split/`` or ``processed/`` that :func:`write_ogb` and the
+    reader's cache would not have written (``entry`` itself for any other name)."""
+    if entry.name == "raw" and _is_dir(entry):
+        return [f for f in entry.iterdir() if not (f.name in _RAW_FILES and _is_file(f))]
+    if entry.name not in ("split", "processed") or not _is_dir(entry):
+        return [entry]
+    kept = (lambda n: n in _SPLIT_FILES) if entry.name == "split" else _is_cache_file
+    found: list[Path] = []
+    for sub in entry.iterdir():  # split/<scheme>/, processed/<variant>/
+        if entry.name == "processed" and is_temporary_name(sub.name):
+            continue  # a cache being written (or a dead writer's, removed by the next one)
+        if not _is_dir(sub):
+            found.append(sub)
+            continue
+        found.extend(f for f in sub.iterdir() if not (kept(f.name) and _is_file(f)))
+    return found
+
+
+def _not_written_by_write_ogb(path: Path) -> str | None:
+    """``None`` when ``path`` is a dataset directory :func:`write_ogb` wrote (or an empty
+    directory), else what makes it someone else's: a ``meta.json`` marker of
+    :data:`MARKER_FORMAT`, ``raw/`` and ``split/<scheme>/`` of the files written here,
+    ``processed/`` of the reader's cache, nothing else."""
+    if not path.is_dir():
+        return "it is a file" if path.is_file() else "it is not a directory"
+    marker = None
+    if _is_file(path / "meta.json"):
+        try:
+            marker = json.loads((path / "meta.json").read_bytes())
+        except (ValueError, UnicodeDecodeError):
+            marker = None
+    ours = isinstance(marker, dict) and marker.get("format") == MARKER_FORMAT
+    entries = sorted(path.iterdir())
+    unexpected = []
+    for entry in entries:
+        if entry.name == "meta.json" and ours:
+            continue
+        unexpected.extend(_unexpected_under(entry))
+    reason = holds(path, unexpected)
+    if reason is None and not ours and entries:
+        reason = "it has no meta.json marker of `fullgraph data synth`"
+    return reason
+
+
+#: A dataset directory in OGB layout: ``force`` replaces only one :func:`write_ogb` wrote.
+DATASET = OutputKind("a dataset", _not_written_by_write_ogb)
 
 
 def _write_columns(path: Path, columns: dict[str, np.ndarray], desc: str) -> None:
@@ -84,7 +158,7 @@ def write_ogb(
         graph: the graph to write (validated first).
         root: dataset root directory.
         name: dataset name; ``load(name, root)`` finds it afterwards.
-        force: replace an existing dataset directory.
+        force: replace an existing dataset directory (only one this function wrote).
         split_scheme: name of the ``split/<scheme>/`` directory.
 
     Returns:
@@ -92,11 +166,13 @@ def write_ogb(
 
     Raises:
         FileExistsError: the directory exists and ``force`` is false.
+        ConfigError: the directory exists and is not a dataset this function wrote (a user's
+            folder, a downloaded dataset); nothing is replaced.
     """
     graph.validate()
     target = dataset_dir(root, name)
     symmetric = is_symmetric(graph.indptr, graph.indices)
-    with atomic_dir(target, force=force) as tmp:
+    with atomic_dir(target, force=force, ours=DATASET) as tmp:
         raw = tmp / "raw"
         split = tmp / "split" / split_scheme
         raw.mkdir()

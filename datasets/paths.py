@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fullgraph.atomic import Place
 from fullgraph.errors import DataError
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
@@ -78,3 +79,18 @@ def raw_dir(root: str | Path, name: str) -> Path:
         what = "is not a directory" if os.path.lexists(raw) else "is missing"
         raise DataError(f"{raw} {what}; the dataset's files go in {raw}/")
     return raw
+
+
+def dataset_inputs(name: str, root: str | Path) -> list[Place]:
+    """What a command that loads dataset ``name`` from ``root`` reads, for
+    :func:`fullgraph.atomic.check_apart`: the dataset's directory (no output there or inside
+    it) and the root (no output there; outputs beside the dataset are fine).
+
+    Raises:
+        DataError: ``name`` is not a plain name (see :func:`check_dataset_name`).
+    """
+    d = dataset_dir(root, name)
+    return [
+        Place(Path(root), f"--root {root}", "the dataset root", inside_ok=True),
+        Place(d, f"--dataset {name} --root {root}", "the dataset directory"),
+    ]

@@ -9,7 +9,9 @@ cora, citeseer, pubmed        Planetoid ``ind.<name>.{x,tx,allx,y,ty,ally,graph,
 amazon-computers/-photo,      gnn-benchmark ``.npz`` (or a ``.zip`` holding it); seeded split
 coauthor-cs/-physics          of 20 train / 30 validation nodes per class, rest test
 tolokers                      heterophilous-graphs ``tolokers.npz``; fixed split 0
-facebook, github              MUSAE ``edges.csv``, ``target.csv`` (+ ``features.json``)
+facebook, github              MUSAE ``edges.csv``, ``target.csv`` (+ ``features.json``); the
+                              directories (and names) they are distributed under,
+                              ``facebook_page_page``, ``github_musae``, are accepted too
 ogbn-<anything>               OGB node-property layout (``edge.csv.gz`` ...)
 any other name                OGB layout with fullgraph's ``meta.json`` marker (``data synth``)
 ============================  =============================================================
@@ -55,9 +57,9 @@ def _reader(name: str) -> Callable[..., Graph] | None:
         from fullgraph.datasets.heterophilous import read_heterophilous
 
         return read_heterophilous
-    if name in ("facebook", "github"):
-        from fullgraph.datasets.musae import read_musae
+    from fullgraph.datasets.musae import musae_dataset, read_musae
 
+    if musae_dataset(name) is not None:
         return read_musae
     return None
 

@@ -15,6 +15,19 @@ renamed into place at the end. Three rules:
 
 Where ``renameat2`` is missing (not Linux, or a file system without it) the checks fall back to
 test-then-rename, which is atomic except against a second writer in the same instant.
+
+Two more rules say what ``force`` may replace and where outputs may go:
+
+- **Only what fullgraph wrote, of the same kind.** Each writer describes its output as an
+  :class:`OutputKind`: a noun and a recogniser that looks at what is there now. ``force``
+  replaces an existing output only when the recogniser says this writer wrote it (a partition
+  directory of ``meta.json`` and ``part-<r>/*.npy`` files, a dataset ``data synth`` wrote, a
+  checkpoint with its header, a log of epoch records); anything else (a user's folder, a
+  dataset being read, a folder holding other partitions) is refused with one line, and
+  nothing is touched.
+- **Outputs apart from inputs and from each other** (:func:`check_apart`): an output is never
+  an input of the same command, never inside one, and a directory replaced as a whole never
+  holds one; no output lies inside another.
 """
 
 from __future__ import annotations
@@ -27,11 +40,12 @@ import os
 import secrets
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fullgraph.errors import ConfigError
+from fullgraph.errors import ConfigError, no_room
 
 _RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
@@ -192,8 +206,158 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
+def _kept(target: Path) -> str:
+    """What a failed atomic write of ``target`` left as it was, for its message."""
+    if not os.path.lexists(target):
+        return "nothing was written"
+    return f"the {'directory' if target.is_dir() else 'file'} there before is unchanged"
+
+
+def is_temporary_name(name: str) -> bool:
+    """Whether ``name`` is a temporary of :func:`atomic_dir` / :func:`atomic_write_bytes`."""
+    return name.startswith(".") and _TMP_MARK in name
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    """What one writer writes, so that ``force`` replaces only that (see the module docstring).
+
+    Attributes:
+        noun: the kind with its article, for messages (``a partition``).
+        foreign: looks at an existing path; returns ``None`` when this writer wrote what is
+            there, else a short phrase saying what makes it someone else's
+            (``it holds thesis.tex``). It may raise :class:`OSError` (reported as unreadable).
+    """
+
+    noun: str
+    foreign: Callable[[Path], str | None]
+
+    def check_replaceable(
+        self, path: str | os.PathLike[str], option: str | None = None, *, advice: str = ""
+    ) -> None:
+        """Refuse ``path`` unless nothing is there or this kind's writer wrote what is there.
+
+        Args:
+            path: the output about to be written.
+            option: the command-line option naming it, for the message (``--out``).
+            advice: what to do instead (default: choose another ``option`` or remove it).
+
+        Raises:
+            ConfigError: one line naming the path, the kind and what is there instead.
+        """
+        path = Path(path)
+        if not os.path.lexists(path):
+            return
+        try:
+            reason = self.foreign(path)
+        except OSError as exc:
+            reason = f"it cannot be read: {exc.strerror or exc}"
+        if reason is None:
+            return
+        named = f"{option} {path}" if option else str(path)
+        advice = advice or f"choose another {option or 'path'} or remove it yourself"
+        raise ConfigError(f"{named} is not {self.noun} written by fullgraph ({reason}); {advice}")
+
+
+def holds(directory: Path, unexpected: Sequence[Path], shown: int = 3) -> str | None:
+    """``it holds a, b/ and 2 more`` for the entries of ``directory`` no writer of it made.
+
+    Args:
+        directory: the directory looked at.
+        unexpected: the paths under it that its writer would not have written.
+        shown: how many to name.
+
+    Returns:
+        The phrase, or ``None`` when ``unexpected`` is empty.
+    """
+    if not unexpected:
+        return None
+    names = []
+    for p in sorted(unexpected)[:shown]:
+        rel = str(p.relative_to(directory)) if p != directory else p.name
+        names.append(rel + ("/" if p.is_dir() and not p.is_symlink() else ""))
+    more = len(unexpected) - len(names)
+    listed = ", ".join(names) + (f" and {more} more" if more else "")
+    return f"it holds {listed}"
+
+
+@dataclass(frozen=True)
+class Place:
+    """A path one command reads or writes, named as the command line names it.
+
+    Attributes:
+        path: the path.
+        named: how the command line names it (``--out parts/x``, ``--dataset cora --root d``).
+        what: for an input, what it is (``the dataset directory``).
+        whole: for an output, a directory replaced as a whole: it must not hold an input.
+        inside_ok: for an input, outputs may lie inside it (a dataset root: only the dataset's
+            own directory is read).
+    """
+
+    path: Path
+    named: str
+    what: str = ""
+    whole: bool = False
+    inside_ok: bool = False
+
+
+def _relations(a: Path, b: Path) -> set[str]:
+    """How ``a`` lies to ``b``: ``same``, ``inside`` (``a`` in ``b``) or ``holds`` (``b`` in
+    ``a``), as written (absolute) or with symbolic links resolved: either counts."""
+    found = set()
+    for x, y in ((Path(os.path.abspath(a)), Path(os.path.abspath(b))),
+                 (Path(os.path.realpath(a)), Path(os.path.realpath(b)))):  # fmt: skip
+        if x == y:
+            found.add("same")
+        elif y in x.parents:
+            found.add("inside")
+        elif x in y.parents:
+            found.add("holds")
+    return found
+
+
+def check_apart(outputs: Sequence[Place], inputs: Sequence[Place] = ()) -> None:
+    """Refuse outputs that overlap an input of the same command or each other, before any work.
+
+    An output may not be an input, nor lie inside one (unless the input allows it), nor, when
+    it is replaced as a whole, hold one; no output may be or lie inside another. Paths are
+    compared as written and with symbolic links resolved.
+
+    Raises:
+        ConfigError: one line naming both places.
+    """
+    for o in outputs:
+        choose = f"choose another {o.named.split()[0]}"
+        for i in inputs:
+            found = _relations(o.path, i.path)
+            if "same" in found:
+                raise ConfigError(f"{o.named} is {i.what} this command reads ({i.named}); {choose}")
+            if "inside" in found and not i.inside_ok:
+                raise ConfigError(
+                    f"{o.named} is inside {i.what} this command reads ({i.named}); {choose}"
+                )
+            if "holds" in found and o.whole:
+                raise ConfigError(
+                    f"{o.named} holds {i.what} this command reads ({i.named}), which replacing "
+                    f"it would delete; {choose}"
+                )
+    for a in outputs:
+        for b in outputs:
+            found = _relations(a.path, b.path) if a is not b else set()
+            if "same" in found:
+                raise ConfigError(f"{a.named} and {b.named} are one path; give each its own")
+            if "inside" in found:
+                raise ConfigError(f"{a.named} is inside {b.named}; give each output its own place")
+
+
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike[str], force: bool = False) -> Iterator[Path]:
+def atomic_dir(
+    target: str | os.PathLike[str],
+    force: bool = False,
+    *,
+    ours: OutputKind | None = None,
+    option: str | None = None,
+) -> Iterator[Path]:
     """Yield a temporary directory beside ``target``; move it to ``target`` on success.
 
     Args:
@@ -201,12 +365,21 @@ def atomic_dir(target: str | os.PathLike[str], force: bool = False) -> Iterator[
         force: replace an existing ``target`` (swapped in one step: the old one stays whole
             until the new one is in place); without it an existing target is an error, also
             when it appears while the caller writes.
+        ours: the kind of output written: an existing ``target`` (at the start and again at
+            the final rename) is replaced only if this kind's writer wrote it.
+        option: the command-line option naming ``target``, for messages.
 
     Raises:
         FileExistsError: ``target`` exists (at the start or at the final rename) and ``force``
             is false. The temporary directory is removed.
+        ConfigError: ``target`` exists and is not an output of kind ``ours``; nothing is
+            replaced.
+        OutputError: the file system ran out of room while the body wrote (one line naming
+            ``target``); the temporary directory is removed, an existing ``target`` kept.
     """
     target = Path(target)
+    if ours is not None:
+        ours.check_replaceable(target, option)
     if os.path.lexists(target) and not force:
         raise FileExistsError(f"{target} already exists (use --force to replace it)")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -221,11 +394,16 @@ def atomic_dir(target: str | os.PathLike[str], force: bool = False) -> Iterator[
         except FileExistsError:
             if not force:
                 raise
+            if ours is not None:  # what is there now, which may have appeared meanwhile
+                ours.check_replaceable(target, option)
             exchange(tmp, target)
             _remove(tmp)  # the old result, now under the temporary name
         _fsync_dir(target.parent)
-    except BaseException:
+    except BaseException as exc:
         _remove(tmp)
+        full = no_room(exc, target, _kept(target))
+        if full is not None:
+            raise full from None
         raise
 
 
@@ -240,6 +418,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, replace: bo
 
     Raises:
         FileExistsError: ``replace`` is false and ``path`` exists.
+        OutputError: the file system has no room for ``data`` (one line naming ``path``); the
+            temporary file is removed, an existing ``path`` kept.
     """
     path = Path(path)
     if not replace and os.path.lexists(path):
@@ -258,9 +438,12 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, replace: bo
         else:
             rename_no_replace(tmp, path)
         _fsync_dir(path.parent)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        full = no_room(exc, path, _kept(path))
+        if full is not None:
+            raise full from None
         raise
 
 
@@ -271,7 +454,13 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, replace: bool =
 
 
 def check_output(
-    path: str | os.PathLike[str], option: str, *, kind: str = "file", exist_ok: bool = False
+    path: str | os.PathLike[str],
+    option: str,
+    *,
+    kind: str = "file",
+    exist_ok: bool = False,
+    ours: OutputKind | None = None,
+    advice: str = "",
 ) -> Path:
     """Check before any work that ``path`` can be written as an output of kind ``kind``.
 
@@ -284,13 +473,17 @@ def check_output(
         kind: ``file`` or ``dir``: what ``path`` will be.
         exist_ok: an existing output is fine (``--force``, ``--resume``); it must still be of
             the right kind.
+        ours: the kind of output written: an existing ``path`` must be one this kind's writer
+            wrote (with or without ``exist_ok``: a refusal then says it is someone else's).
+        advice: what to do instead when ``ours`` refuses (see
+            :meth:`OutputKind.check_replaceable`).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        ConfigError: ``path`` is of the wrong kind, lies under a regular file or in a place
-            that cannot be written.
+        ConfigError: ``path`` is of the wrong kind, not written by ``ours``'s writer, lies
+            under a regular file or in a place that cannot be written.
         FileExistsError: ``path`` exists and ``exist_ok`` is false.
     """
     path = Path(path)
@@ -301,6 +494,8 @@ def check_output(
             raise ConfigError(f"{option} {path} is a directory; give a file path")
         if kind == "dir" and not path.is_dir():
             raise ConfigError(f"{option} {path} is a file; give a directory path")
+        if ours is not None:
+            ours.check_replaceable(path, option, advice=advice)
         if not exist_ok:
             raise FileExistsError(f"{option} {path} already exists (use --force to replace it)")
     for parent in path.parents:

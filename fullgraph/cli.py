@@ -18,6 +18,7 @@ import typing
 from collections.abc import Sequence
 
 from fullgraph.errors import FullgraphError, is_replicated, one_line
+from fullgraph.watchdog import Terminated, Watchdog
 
 #: (module, name, summary) of every subcommand, in the order ``--help`` lists them.
 SUBCOMMANDS: list[tuple[str, str, str]] = [
@@ -35,7 +36,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     (
         "fullgraph.training.cli",
         "train",
-        "train GCN / GraphSAGE full-batch (mpirun -n P for P ranks)",
+        "train GCN / GraphSAGE / GAT full-batch (mpirun -n P for P ranks)",
     ),
     (
         "fullgraph.training.plan",
@@ -91,14 +92,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what ``kill``, ``timeout`` and Slurm send) turned into an exception.
-
-    It derives from :class:`KeyboardInterrupt` so that every clean-up that runs on Ctrl-C
-    (temporary directories, partial files) runs on SIGTERM too.
-    """
-
-
 def _launcher_rank() -> int:
     """This process's rank as the launcher's environment says (0 when it says nothing)."""
     from fullgraph.distributed.launch import detect_launch
@@ -109,39 +102,39 @@ def _launcher_rank() -> int:
         return 0
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; user errors print one line and exit 2.
 
-    SIGTERM is handled like SIGINT: clean-ups run, one line is printed, the exit status is
-    ``128 + signal``.
+    SIGTERM is handled like SIGINT from the first line on, imports included: clean-ups run,
+    one line is printed, the exit status is ``128 + signal``. The process watchdog
+    (:mod:`fullgraph.watchdog`) is installed first: it honours SIGTERM while the main thread is
+    in native code, bounds the start-up phases and ends a rank whose launcher died.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    # Before torch loads (building the parser imports it): torch's C++ warnings (c10d's reverse
-    # look-ups of peers, each retry of a store connection) would bury the one line that names
-    # a failure; TORCH_CPP_LOG_LEVEL=INFO shows them.
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    chosen = _chosen(argv)
+    label = f"fullgraph {chosen}" if chosen in {n for _, n, _ in SUBCOMMANDS} else "fullgraph"
+    watchdog = Watchdog(label).install()
     try:
+        # Before torch loads (building the parser imports it): torch's C++ warnings (c10d's
+        # reverse look-ups of peers, each retry of a store connection) would bury the one line
+        # that names a failure; TORCH_CPP_LOG_LEVEL=INFO shows them.
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except (FullgraphError, FileExistsError, FileNotFoundError, PermissionError) as exc:
         code = exc.exit_code if isinstance(exc, FullgraphError) else 2
         if not (is_replicated(exc) and _launcher_rank() != 0):
-            print(f"fullgraph {args.command}: error: {one_line(exc)}", file=sys.stderr)
+            print(f"{label}: error: {one_line(exc)}", file=sys.stderr)
         return code
     except Terminated:
-        print(f"fullgraph {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        print(f"{label}: terminated (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        print(f"fullgraph {args.command}: interrupted", file=sys.stderr)
+        print(f"{label}: interrupted", file=sys.stderr)
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        watchdog.uninstall()
 
 
 if __name__ == "__main__":

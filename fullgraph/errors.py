@@ -6,6 +6,8 @@ one line naming the problem; the command line prints it and exits with its ``exi
 
 from __future__ import annotations
 
+import errno
+
 
 class FullgraphError(Exception):
     """Base class of user-facing errors: bad input, mismatched sizes, corrupted files.
@@ -53,6 +55,42 @@ class PeerUnreachable(FullgraphError):
         super().__init__(message)
         self.unreachable = dict(unreachable or {})
         self.speaker = speaker
+
+
+class OutputError(FullgraphError):
+    """An output could not be written for lack of room: its file system is full or over
+    quota. Nothing already written was replaced (the writes are atomic), so the run's earlier
+    checkpoint, log records and results stay as they were."""
+
+    exit_code = 1
+
+
+#: errno -> what it says, of the write failures that mean "no room for this output"
+_NO_ROOM = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EFBIG: "file too large for its file system",
+}
+
+
+def no_room(exc: BaseException, path: object, kept: str = "") -> OutputError | None:
+    """``exc`` as one line naming ``path`` when it says the disk is full, else ``None``.
+
+    Args:
+        exc: the error a write raised.
+        path: the output being written (not the temporary file it went to).
+        kept: what is unchanged, for the message (default: ``nothing was replaced``).
+
+    Returns:
+        ``PATH: no space left on device (nothing was replaced); free space or write elsewhere``
+        as an :class:`OutputError`, or ``None`` for any other error.
+    """
+    if not isinstance(exc, OSError) or exc.errno not in _NO_ROOM:
+        return None
+    return OutputError(
+        f"{path}: {_NO_ROOM[exc.errno]} ({kept or 'nothing was replaced'}); free some space "
+        f"or choose another place"
+    )
 
 
 def mark_replicated(exc: BaseException) -> BaseException:

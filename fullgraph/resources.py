@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -11,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 def peak_rss_mb() -> float:
@@ -28,6 +30,57 @@ def current_rss_mb() -> float:
         return pages * resource.getpagesize() / (1024 * 1024)
     except OSError:
         return peak_rss_mb()
+
+
+def _meminfo_total() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _cgroup_limits(
+    proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup"
+) -> list[int]:
+    """The memory limits of this process's cgroup and its ancestors, bytes (v2 ``memory.max``,
+    v1 ``memory.limit_in_bytes``; "no limit" left out)."""
+    limits: list[int] = []
+    try:
+        with open(proc_cgroup) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return limits
+    for line in lines:
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
+        if controllers == "":  # v2: one hierarchy
+            base, name = Path(root), "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = Path(root) / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        d = base / path.lstrip("/")
+        while True:
+            with contextlib.suppress(OSError, ValueError):
+                text = (d / name).read_text().strip()
+                if text != "max" and int(text) < 1 << 60:  # v1 says "none" with ~2**63
+                    limits.append(int(text))
+            if d == base or base not in d.parents:
+                break
+            d = d.parent
+    return limits
+
+
+def node_memory_bytes() -> int:
+    """The memory this process's machine offers it, bytes: ``MemTotal`` of ``/proc/meminfo``,
+    or its control group's limit when lower (a container or a batch job's allocation)."""
+    return min([_meminfo_total(), *_cgroup_limits()])
 
 
 def process_defaults() -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +18,7 @@ import numba
 import numpy as np
 from tqdm import tqdm
 
-from fullgraph.atomic import atomic_dir, atomic_write_json
+from fullgraph.atomic import OutputKind, atomic_dir, atomic_write_json, holds
 from fullgraph.datasets.graph import SPLITS, Graph, first_overlap, split_name
 from fullgraph.errors import DataError, PartitionError
 from fullgraph.partition.assign import assign_parts, check_num_parts
@@ -32,6 +34,67 @@ from fullgraph.resources import StageTimer
 
 #: Entries (edges or feature values) a part's builder holds at a time while streaming a file.
 CHUNK_ELEMENTS = 1 << 24
+
+_PART_DIR = re.compile(r"part-\d+")
+
+
+def _not_a_partition(path: Path) -> str | None:
+    """``None`` when ``path`` is a partition directory :func:`write_partitions` wrote (or an
+    empty directory), else what makes it someone else's.
+
+    Ours: a ``meta.json`` with the partition format's fields (``format_version``,
+    ``num_parts``, ``files``; any version) and ``part-<r>/`` directories of ``.npy`` files that
+    ``meta.json`` lists (or that the format names), nothing else.
+    """
+    if not path.is_dir():
+        return "it is a file" if path.is_file() else "it is not a directory"
+    meta = None
+    meta_path = path / META_NAME
+    if meta_path.is_file() and not meta_path.is_symlink():
+        try:
+            meta = json.loads(meta_path.read_bytes())
+        except (ValueError, UnicodeDecodeError):
+            meta = None
+    if not (isinstance(meta, dict) and {"format_version", "num_parts", "files"} <= set(meta)):
+        meta = None
+    files = meta["files"] if meta is not None and isinstance(meta["files"], dict) else {}
+    unexpected: list[Path] = []
+    entries = sorted(path.iterdir())
+    for entry in entries:
+        if entry.name == META_NAME and meta is not None:
+            continue
+        if _PART_DIR.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink():
+            for f in entry.iterdir():
+                listed = f"{entry.name}/{f.name}" in files or (
+                    f.suffix == ".npy" and f.stem in PART_ARRAYS
+                )
+                if not (listed and f.is_file() and not f.is_symlink()):
+                    unexpected.append(f)
+            continue
+        unexpected.append(entry)
+    reason = holds(path, unexpected)
+    if reason is None and meta is None and entries:
+        reason = f"it has no {META_NAME} of a partition"
+    return reason
+
+
+#: A partition directory: ``--force`` replaces only one that :func:`write_partitions` wrote.
+PARTITION = OutputKind("a partition", _not_a_partition)
+
+
+def check_partition_out(
+    out: str | os.PathLike[str], force: bool, option: str | None = None
+) -> None:
+    """Refuse ``out`` unless it is new, or a partition fullgraph wrote and ``force`` is given.
+
+    Raises:
+        ConfigError: ``out`` holds something else than a partition fullgraph wrote.
+        FileExistsError: ``out`` exists and ``force`` is false.
+    """
+    PARTITION.check_replaceable(out, option)
+    if os.path.lexists(out) and not force:
+        named = f"{option} {out}" if option else str(out)
+        raise FileExistsError(f"{named} already exists (use --force to replace it)")
 
 
 @dataclass
@@ -252,7 +315,7 @@ def write_partitions(
         out: the partition directory to create.
         method: partitioning method, recorded in ``meta.json``.
         seed: seed, recorded in ``meta.json``.
-        force: replace an existing ``out``.
+        force: replace an existing ``out`` (only a partition fullgraph wrote).
         num_parts: number of parts P (default ``owner.max() + 1``; give it when a part may be
             empty).
         timer: stages already timed (e.g. the assignment), extended with the build stages.
@@ -264,6 +327,8 @@ def write_partitions(
     Raises:
         FileExistsError: ``out`` exists and ``force`` is false, also when it appears while the
             parts are written (another run); nothing is replaced then.
+        ConfigError: ``out`` holds something else than a partition fullgraph wrote (a user's
+            folder, a dataset, a folder of other partitions); nothing is replaced.
         DataError: the graph's split masks overlap.
         PartitionError: ``owner`` has the wrong shape or values.
     """
@@ -287,8 +352,7 @@ def write_partitions(
         raise PartitionError(f"owner holds rank {int(owner.max())} >= num_parts {num_parts}")
     timer = timer if timer is not None else StageTimer()
     out = Path(out)
-    if out.exists() and not force:
-        raise FileExistsError(f"{out} already exists (use --force to replace it)")
+    check_partition_out(out, force)
 
     order = np.argsort(owner, kind="stable")  # inner nodes of each rank, ascending global id
     offsets = np.zeros(num_parts + 1, dtype=np.int64)
@@ -301,7 +365,7 @@ def write_partitions(
     parts: list[dict] = []
     halos: list[tuple[np.ndarray, np.ndarray]] = []
     edge_cut = 0
-    with atomic_dir(out, force=force) as tmp:
+    with atomic_dir(out, force=force, ours=PARTITION) as tmp:
         with timer.stage("build_parts"):
             for r in tqdm(range(num_parts), desc="build parts", unit="part", disable=None):
                 (tmp / part_dir_name(r)).mkdir()
@@ -368,15 +432,14 @@ def partition_graph(
         out: the partition directory to create.
         method: ``metis``, ``random`` or ``contiguous``.
         seed: seed of the method.
-        force: replace an existing ``out``.
+        force: replace an existing ``out`` (only a partition fullgraph wrote).
         metis: METIS library (``auto``, ``libmetis``, ``pymetis``), see :func:`assign_parts`.
 
     Returns:
         The metadata written to ``out/meta.json``; ``meta["report"]`` is the partition report.
     """
     check_num_parts(num_parts, graph.num_nodes)
-    if Path(out).exists() and not force:
-        raise FileExistsError(f"{out} already exists (use --force to replace it)")
+    check_partition_out(out, force)
     timer = StageTimer()
     notes: list[str] = []
     with timer.stage("assign"):

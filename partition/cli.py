@@ -39,24 +39,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(Debian's libmetis5, put into .venv/lib by `make install`; half the memory of "
         "pymetis' 64-bit METIS), else pymetis",
     )
-    parser.add_argument("--out", required=True, type=Path, help="partition directory to create")
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="partition directory to create (never the dataset's directory or its root)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of METIS / random (default 0)")
-    parser.add_argument("--force", action="store_true", help="replace an existing --out")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing --out if it is a partition fullgraph wrote (anything else "
+        "there is refused and left as it is)",
+    )
     parser.set_defaults(func=_partition)
 
 
 def _partition(args: argparse.Namespace) -> int:
-    from fullgraph.atomic import check_output
+    from fullgraph.atomic import Place, check_apart, check_output
     from fullgraph.datasets import load
     from fullgraph.datasets.cli import setup_logging
+    from fullgraph.datasets.paths import dataset_inputs
     from fullgraph.partition.assign import check_num_parts
-    from fullgraph.partition.build import partition_graph
+    from fullgraph.partition.build import PARTITION, partition_graph
     from fullgraph.partition.report import format_report
 
     setup_logging()  # progress to stdout: a failure's stderr is its one error line
     if args.parts < 1:
         check_num_parts(args.parts, 1)
-    check_output(args.out, "--out", kind="dir", exist_ok=args.force)
+    # --out is replaced as a whole: never the dataset read, its root, or a folder holding them;
+    # an existing --out only if it is a partition fullgraph wrote
+    out = Place(args.out, f"--out {args.out}", whole=True)
+    check_apart([out], dataset_inputs(args.dataset, args.root))
+    check_output(args.out, "--out", kind="dir", exist_ok=args.force, ours=PARTITION)
     if args.method == "metis" and args.metis == "libmetis":  # before the graph is read
         from fullgraph.partition.libmetis import require_libmetis
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The fullgraph demo: synthetic graph -> METIS partition into 2 parts -> verify -> 2-rank training.
 # Usage: bash scripts/demo.sh [OUTDIR]   (make demo puts the venv's bin first on PATH)
-# Idempotent: a rerun regenerates the (small) data and partition with --force and retrains.
+# Idempotent: a rerun regenerates the (small) data and partition and retrains, replacing the
+# demo's own outputs with --force (which replaces only what fullgraph wrote).
 # MPIRUN overrides the launcher; Open MPI gets --allow-run-as-root --oversubscribe.
 set -euo pipefail
 
@@ -30,7 +31,7 @@ echo "== 4/4 train: $MPIRUN -n 2 fullgraph train (GCN, 2 layers, hidden 64, 100 
 "$MPIRUN" "${MPI_FLAGS[@]}" -n 2 fullgraph train --parts "$PARTS" --model gcn --layers 2 \
     --hidden 64 --dropout 0.5 --lr 0.01 --weight-decay 5e-4 --epochs 100 --seed 0 \
     --transport mpi --eval-every 5 --log-json "$LOG" --checkpoint "$OUT/checkpoint" \
-    --checkpoint-every 50
+    --checkpoint-every 50 --force
 
 python - "$LOG" <<'PY'
 import json, statistics, sys

@@ -8,6 +8,7 @@ run's checkpoint and log, an ``.npz`` dataset) and is classified:
   usage block and MPI's own abort line aside), the expected exit status, no traceback;
 - ``unclear``: it failed, but with a traceback, several lines or another exit status;
 - ``hang``: it did not end within the case's time limit;
+- ``running``: it ended, but a process it started (a rank) still runs in its directory;
 - ``silent``: bad input accepted (exit 0);
 - ``debris``: temporaries (``.*.tmp-*``) left behind (after the follow-up run, where a case
   has one);
@@ -15,7 +16,7 @@ run's checkpoint and log, an ``.npz`` dataset) and is classified:
 
 Usage::
 
-    python scripts/fault_sweep.py [--work DIR] [--csv runs/faults.csv] [--only SUBSTRING]
+    python scripts/fault_sweep.py [--work DIR] [--csv runs/faults.csv] [--only 'SUBSTRING|...']
 
 Prints one line per case and the counts; ``--csv`` writes them too. Exit status 1 when any case
 is not clean.
@@ -67,7 +68,9 @@ class Case:
         cmds: commands run at the same time (one, or two for races); ``{w}`` is the case dir.
         expect: ``error`` (bad input: exit 2), ``diverge`` (exit 3), ``ok`` (exit 0),
             ``one-ok`` (of concurrent commands exactly one succeeds, the others fail cleanly),
-            ``signal`` (ended by the case's signal: exit 128+n or the launcher's non-zero).
+            ``signal`` (ended by the case's signal: exit 128+n or the launcher's non-zero),
+            ``fails`` (a user's script fails: non-zero, ``needle`` in its output, its own
+            traceback allowed).
         setup: prepares the case dir before the run (tampering).
         protect: paths (relative to the case dir) that must keep their content.
         signal: ``(signum, seconds, target)``: send it that long after the start (or after
@@ -80,6 +83,7 @@ class Case:
         needle: text the error line must contain.
         timeout: seconds before the case counts as a hang.
         env: extra environment variables.
+        code: the exit status an ``error`` case must end with (default 2).
     """
 
     name: str
@@ -94,6 +98,7 @@ class Case:
     timeout: float = 120.0
     env: dict[str, str] = field(default_factory=dict)
     signal_when: str | None = None
+    code: int | None = None
 
 
 # -- the workspace ---------------------------------------------------------------------------
@@ -987,6 +992,285 @@ def cases() -> list[Case]:
             env={"PMI_RANK": "zero", "PMI_SIZE": "1"},
         )
     )
+    out += second_sweep_cases(tr)
+    return out
+
+
+# -- the second sweep (issue 22): --force, overlapping outputs, bounded phases ----------------
+
+
+def _copy_parts(*names: str) -> Callable[[Path], None]:
+    """Copies of the workspace's partition ``p2`` under each of ``names``."""
+
+    def setup(w: Path) -> None:
+        for name in names:
+            shutil.copytree(w / "p2", w / name)
+
+    return setup
+
+
+def _partition_to(out: str) -> list[str]:
+    """``fullgraph partition`` of the tiny dataset into ``out`` with ``--force``."""
+    return fg(
+        "partition", "--dataset", "tiny", "--root", "data", "--parts", "2", "--out", out, "--force"
+    )
+
+
+#: (name, command, setup, protected paths, needle): ``--force`` pointed at what fullgraph did not
+#: write, or at an input of the same command; each must end with one line and touch nothing.
+FORCE_CASES: list[tuple[str, list[str], Callable[[Path], None] | None, list[str], str]] = [
+    (
+        "partition --force --out the dataset read",
+        _partition_to("data/tiny"),
+        None,
+        ["data"],
+        "dataset",
+    ),
+    (
+        "partition --force --out the dataset root",
+        _partition_to("data"),
+        _write("data/notes.txt", b"my notes\n"),
+        ["data"],
+        "root",
+    ),
+    (
+        "partition --force --out a folder of two partitions",
+        _partition_to("two"),
+        _copy_parts("two/a", "two/b"),
+        ["two"],
+        "not a partition",
+    ),
+    (
+        "partition --force --out a user folder",
+        _partition_to("user"),
+        _write("user/thesis.tex", b"\\documentclass{article}\n"),
+        ["user"],
+        "thesis.tex",
+    ),
+    (
+        "data synth --force over a user folder",
+        fg("data", "synth", "--preset", "tiny", "--name", "mine", "--root", "r", "--force"),
+        _write("r/mine/thesis.tex", b"\\documentclass{article}\n"),
+        ["r"],
+        "thesis.tex",
+    ),
+]
+
+
+def second_sweep_cases(tr: list[str]) -> list[Case]:
+    """The cases the second sweep added: data loss through --force, overlapping outputs."""
+    out = [
+        Case(name, [cmd], setup=setup, protect=protect, needle=needle)
+        for name, cmd, setup, protect, needle in FORCE_CASES
+    ]
+    for log in ("ck/config.json", "ck/checkpoint.pt", "ck", "p2/run.jsonl"):
+        out.append(
+            Case(
+                f"train --log-json {log} with --checkpoint ck",
+                [mpi(2, *tr, "--epochs", "1", "--checkpoint", "ck", "--resume", "--log-json", log)],
+                protect=["ck", "p2"],
+            )
+        )
+    out.append(
+        Case(
+            "train --force --log-json a user's notes",
+            [mpi(2, *tr, "--epochs", "1", "--force", "--log-json", "notes.jsonl")],
+            setup=_write("notes.jsonl", b'{"my": "notes"}\n'),
+            protect=["notes.jsonl"],
+            needle="notes.jsonl",
+        )
+    )
+    out += bounded_phase_cases(tr) + size_cases(tr) + clear_error_cases(tr)
+    out.append(
+        Case(
+            "train --force over its own log and checkpoint (control)",
+            [
+                mpi(
+                    2,
+                    *tr,
+                    "--epochs",
+                    "1",
+                    "--force",
+                    "--checkpoint",
+                    "ck",
+                    "--log-json",
+                    "logs/run.jsonl",
+                )
+            ],
+            expect="ok",
+        )
+    )
+    return out
+
+
+#: A ``fullgraph.pyg`` script whose rank 1 fails before it calls ``load_part``.
+PYG_FAILS_EARLY = b"""import os, sys
+from fullgraph import pyg
+if os.environ.get("PMI_RANK") == "1":
+    raise ValueError("the script failed on rank 1")
+pyg.load_part(sys.argv[1], timeout=10.0)
+"""
+
+
+def torchrun(ranks: int, *args: str) -> list[str]:
+    """``torchrun --standalone --nproc-per-node RANKS fullgraph ARGS``."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            str(ranks), "-m", "fullgraph.cli", *args]  # fmt: skip
+
+
+def bounded_phase_cases(tr: list[str]) -> list[Case]:
+    """Start-up stalls and dead launchers: every rank ends within ``--timeout`` (+ slack)."""
+    forever = [*tr, "--epochs", "100000", "--timeout", "15", "--log-json", "l.jsonl"]
+    return [
+        Case(
+            f"SIGSTOP one rank at {at} s (--timeout 15)",
+            [mpi(2, *forever)],
+            expect="signal",
+            signal=(signal.SIGSTOP, at, "rank"),
+            timeout=90,
+        )
+        for at in (0.5, 2.5)
+    ] + [
+        Case(
+            "pyg: rank 1 raises before load_part",
+            [[MPIRUN, "-n", "2", sys.executable, "script.py", "p2"]],
+            expect="fails",
+            setup=_write("script.py", PYG_FAILS_EARLY),
+            needle="rank 1",
+            timeout=90,
+        ),
+        Case(
+            "kill -9 torchrun",
+            [torchrun(2, *forever)],
+            expect="signal",
+            signal=(signal.SIGKILL, 1.0, "main"),
+            signal_when="l.jsonl",
+            timeout=90,
+        ),
+        Case(
+            "SIGTERM one process during start-up",
+            [fg("train", "--dataset", "arxiv", "--root", "big", "--epochs", "1", "--quiet")],
+            expect="signal",
+            signal=(signal.SIGTERM, 1.0, "main"),
+            timeout=60,
+        ),
+    ]
+
+
+def size_cases(tr: list[str]) -> list[Case]:
+    """Sizes beyond the node's memory are refused before anything large is allocated."""
+    one = ["train", "--synthetic", "tiny", "--quiet", "--epochs", "1"]
+    return [
+        Case(f"train {' '.join(opts)}", [fg(*one, *opts)], needle="memory plan", timeout=60)
+        for opts in (
+            ["--hidden", "10000000"],
+            ["--model", "gat", "--heads", "100000"],
+            ["--layers", "100000"],
+        )
+    ] + [
+        Case(
+            "mpirun -n 2 train beyond the node's memory",
+            [mpi(2, *tr, "--epochs", "1", "--hidden", "1000000")],
+            needle="memory plan",
+            timeout=60,
+        ),
+        Case(
+            "minibatch --hidden 10000000",
+            [
+                fg(
+                    "minibatch",
+                    "--dataset",
+                    "tiny",
+                    "--root",
+                    "data",
+                    "--quiet",
+                    "--epochs",
+                    "1",
+                    "--hidden",
+                    "10000000",
+                )
+            ],  # fmt: skip
+            needle="memory plan",
+            timeout=60,
+        ),
+    ]
+
+
+def _full_disk(w: Path) -> None:
+    """A 32 KiB tmpfs at ``w/full`` (root only; the check unmounts it)."""
+    (w / "full").mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(w / "full")],
+                   check=True)  # fmt: skip
+    (w / "full" / "filler").write_bytes(b"\0" * 28 * 1024)
+
+
+def _unmount(w: Path) -> str | None:
+    subprocess.run(["umount", str(w / "full")], check=False)
+    return None
+
+
+def _musae(w: Path) -> None:
+    """A small GitHub MUSAE copy under the name it is distributed with (``github_musae``)."""
+    raw = w / "data" / "github_musae" / "raw"
+    raw.mkdir(parents=True)
+    edges = "".join(f"{i},{(i * 7 + 3) % 200}\n" for i in range(200))
+    (raw / "edges.csv").write_text("id_1,id_2\n" + edges)
+    (raw / "target.csv").write_text("id,name,ml_target\n" + "".join(
+        f"{i},dev{i},{i % 2}\n" for i in range(200)))  # fmt: skip
+
+
+def clear_error_cases(tr: list[str]) -> list[Case]:
+    """A full disk, a rendezvous nobody answers, an edgeless graph, MUSAE's own names."""
+    npz = ["data", "info", "--dataset", "amazon-photo", "--root", "data"]
+    out = [
+        Case(
+            "gloo rendezvous at an address nobody answers",
+            [fg(*tr, "--epochs", "1", "--transport", "gloo", "--timeout", "10")],
+            env={
+                "RANK": "1",
+                "WORLD_SIZE": "2",
+                "LOCAL_RANK": "1",
+                "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "9",
+            },  # fmt: skip
+            needle="127.0.0.1",
+            code=4,
+            timeout=60,
+        ),
+        Case(
+            "npz: a graph with no edges",
+            [fg(*npz)],
+            expect="ok",
+            setup=_npz_edit(
+                adj_data=lambda a: a[:0],
+                adj_indices=lambda a: a[:0],
+                adj_indptr=lambda a: np.zeros_like(a),
+            ),
+        ),
+        Case(
+            "MUSAE under its own directory name",
+            [fg("data", "info", "--dataset", "github", "--root", "data")],
+            expect="ok",
+            setup=_musae,
+        ),  # fmt: skip
+    ]
+    if os.geteuid() == 0 and shutil.which("mount"):
+        out += [
+            Case(
+                f"full disk while writing the {what}",
+                [fg("train", "--synthetic", "tiny", "--quiet", "--epochs", "3", *opts)],
+                setup=_full_disk,
+                check=_unmount,
+                needle="no space left on device",
+                code=1,
+                timeout=60,
+            )
+            for what, opts in (
+                ("checkpoint", ["--checkpoint", "full/ck", "--checkpoint-every", "1"]),
+                ("log", ["--log-json", "full/run.jsonl"]),
+            )
+        ]
     return out
 
 
@@ -1052,6 +1336,27 @@ def _error_lines(stderr: str) -> list[str]:
     return keep
 
 
+def _left_running(w: Path, grace: float = 5.0) -> list[int]:
+    """Processes still working in the case dir ``w`` ``grace`` seconds after its command ended
+    (a rank its killed launcher left behind); they are killed."""
+    deadline = time.monotonic() + grace
+    while True:
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                if Path(os.readlink(proc / "cwd")).is_relative_to(w):
+                    pids.append(int(proc.name))
+        if not pids or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
 def run_case(case: Case, base: Path, work: Path) -> tuple[str, str]:
     """Run ``case`` in a fresh copy of ``base``; return ``(outcome, detail)``."""
     w = work / case.name.replace(" ", "_").replace("/", "_")
@@ -1099,6 +1404,9 @@ def run_case(case: Case, base: Path, work: Path) -> tuple[str, str]:
             return "hang", f"no end within {case.timeout:g} s"
         results.append((proc.returncode, out, err))
     seconds = time.monotonic() - t0
+    left = _left_running(w)
+    if left:
+        return "running", f"{len(left)} process(es) still running in the case dir after the end"
     if case.follow:
         try:
             subprocess.run(case.follow, cwd=w, env=env, capture_output=True, text=True, timeout=300)
@@ -1141,7 +1449,11 @@ def run_case(case: Case, base: Path, work: Path) -> tuple[str, str]:
         return "clean", f"{seconds:.1f} s, exit {code}: {(lines or [''])[0][:150]}"
     if code == 0:
         return "silent", "exit 0"
-    want = 3 if case.expect == "diverge" else 2
+    if case.expect == "fails":
+        if case.needle not in err:
+            return "unclear", f"exit {code}: no {case.needle!r}: {' | '.join(lines[-3:])[:300]}"
+        return "clean", f"{seconds:.1f} s, exit {code}: {lines[-1][:150]}"
+    want = case.code if case.code is not None else 3 if case.expect == "diverge" else 2
     if "Traceback" in err or len(lines) != 1 or code != want or case.needle not in lines[0]:
         return "unclear", f"exit {code}: {' | '.join(lines[:3])[:300]}"
     return "clean", f"{seconds:.1f} s: {lines[0][:150]}"
@@ -1154,7 +1466,9 @@ def main() -> int:
         "--work", type=Path, default=None, help="scratch directory (default: a temporary one)"
     )
     parser.add_argument("--csv", type=Path, default=None, help="write one row per case here")
-    parser.add_argument("--only", default="", help="run the cases whose name contains this")
+    parser.add_argument(
+        "--only", default="", help="run the cases whose name contains this ('a|b': either)"
+    )
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="fullgraph-faults-"))
     base = work / "base"
@@ -1165,7 +1479,7 @@ def main() -> int:
     rows = []
     counts: Counter[str] = Counter()
     for case in cases():
-        if args.only and args.only not in case.name:
+        if args.only and not any(part in case.name for part in args.only.split("|")):
             continue
         outcome, detail = run_case(case, base, work / "cases")
         counts[outcome] += 1
@@ -1173,7 +1487,8 @@ def main() -> int:
         print(f"{outcome:8s} {case.name:50s} {detail}", flush=True)
     total = sum(counts.values())
     summary = ", ".join(
-        f"{k} {counts.get(k, 0)}" for k in ("clean", "unclear", "hang", "silent", "debris", "lost")
+        f"{k} {counts.get(k, 0)}"
+        for k in ("clean", "unclear", "hang", "running", "silent", "debris", "lost")
     )
     print(f"\n{total} cases: {summary}")
     if args.csv:

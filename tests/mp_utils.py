@@ -1,13 +1,20 @@
-"""Launching ``mpirun`` jobs from tests: the child's output becomes the failure message."""
+"""Launching ``mpirun`` jobs from tests: the child's output becomes the failure message.
+
+Tests that signal or stop a rank wait for a state, never for a fixed time (:func:`wait_until`):
+the ranks of a launcher (:func:`rank_pids`), a SIGTERM handler installed
+(:func:`handles_sigterm`), a line in a log, a process gone (:func:`gone`).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -87,3 +94,101 @@ def one_thread() -> Iterator[None]:
     finally:
         torch.set_num_threads(saved[0])
         numba.set_num_threads(saved[1])
+
+
+def wait_until(ready: Callable[[], object], timeout: float, what: str) -> object:
+    """Poll ``ready()`` until it returns something true; fail the test after ``timeout`` s.
+
+    Returns:
+        What ``ready()`` returned.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = ready()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:g} s for {what}")
+        time.sleep(0.05)
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of ``pid`` from ``/proc``, or ``None`` when it does not exist."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    state, ppid = text[text.rindex(")") + 2 :].split()[:2]
+    return state, int(ppid)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent process of ``pid``, or ``None`` when ``pid`` does not exist."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (absent, or a zombie nobody reaped yet)."""
+    stat = _stat(pid)
+    return stat is None or stat[0] in ("Z", "X")
+
+
+def descendants(root: int) -> list[int]:
+    """Every living process below ``root``, from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            children.setdefault(stat[1], []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _rank_of(pid: int) -> int | None:
+    """The rank a launcher gave ``pid`` (``PMI_RANK`` of hydra, ``RANK`` of torchrun), if any."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    if b"fullgraph" not in cmdline and b"pyg" not in cmdline:
+        return None
+    for item in env:
+        name, _, value = item.partition(b"=")
+        if name in (b"PMI_RANK", b"RANK") and value.isdigit():
+            return int(value)
+    return None
+
+
+def rank_pids(root: int, ranks: int, timeout: float = 120.0) -> dict[int, int]:
+    """rank -> pid of the ``ranks`` rank processes a launcher (pid ``root``) started, waiting
+    until they all exist."""
+
+    def found() -> dict[int, int] | None:
+        pids = {r: p for p in descendants(root) if (r := _rank_of(p)) is not None}
+        return pids if len(pids) == ranks else None
+
+    return wait_until(found, timeout, f"{ranks} rank processes under pid {root}")  # type: ignore[return-value]
+
+
+def handles_sigterm(pid: int) -> bool:
+    """Whether ``pid`` has a handler for SIGTERM installed (``SigCgt`` of ``/proc``)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt"))
+    return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def lines_of(path: Path) -> list[str]:
+    """The complete lines of a file being written (none while it does not exist)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    return text.splitlines()[: text.count("\n")]

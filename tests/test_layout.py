@@ -3,7 +3,7 @@
 The import graph is read from the source (every ``import`` and ``from ... import``, including
 those inside functions), over the four packages of the distribution. The ground floor
 (:data:`GROUND`) holds what everything may use: errors, atomic writes, resource probes, the
-counter hashes and the configuration framework.
+counter hashes, the configuration framework and the process watchdog.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ GROUND = {
     "fullgraph.resources",
     "fullgraph.hashing",
     "fullgraph.config",
+    "fullgraph.watchdog",
 }
 
 

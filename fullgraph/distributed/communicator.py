@@ -140,6 +140,7 @@ class Communicator:
         answer a probe now, and whether this rank is the one that reports it (the lowest rank
         that still answers)."""
         from fullgraph.distributed.network import describe_unreachable
+        from fullgraph.watchdog import peers_note
 
         unreachable = self.probe.unreachable() if self.probe is not None else {}
         answering = set(range(self.size)) - set(unreachable)
@@ -148,7 +149,9 @@ class Communicator:
         else:
             failed = f"{what} failed ({str(exc).splitlines()[0][:200] if str(exc) else exc!r})"
         return PeerUnreachable(
-            f"{failed}; " + describe_unreachable(unreachable, self.probe, self.size, self.rank),
+            f"{failed}; "
+            + describe_unreachable(unreachable, self.probe, self.size, self.rank)
+            + peers_note(),  # a stopped rank still answers a connection: this node's view
             unreachable,
             speaker=self.rank == min(answering | {self.rank}),
         )

@@ -167,9 +167,8 @@ def abort_setup(command: str, rank: int, under_mpi: bool, exc: BaseException) ->
     code = exc.exit_code if isinstance(exc, FullgraphError) else 1
     sys.stderr.write(f"fullgraph {command}: error: rank {rank}: {one_line(exc)}\n")
     sys.stderr.flush()
-    if under_mpi:
+    mpi = sys.modules.get("mpi4py.MPI") if under_mpi else None
+    if mpi is not None and mpi.Is_initialized():  # (importing mpi4py here would start MPI)
         time.sleep(FLUSH_GRACE_S)
-        from mpi4py import MPI
-
-        MPI.COMM_WORLD.Abort(code)
+        mpi.COMM_WORLD.Abort(code)
     os._exit(code)

@@ -15,6 +15,14 @@ from dataclasses import asdict, dataclass
 
 from fullgraph.errors import ConfigError
 
+#: The variables holding a rank's global rank and the job's size, per launcher.
+RANK_VARIABLES = {
+    "mpich": ("PMI_RANK", "PMI_SIZE"),
+    "openmpi": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    "slurm": ("SLURM_PROCID", "SLURM_NTASKS"),
+    "torchrun": ("RANK", "WORLD_SIZE"),
+}
+
 
 @dataclass(frozen=True)
 class LaunchInfo:
@@ -42,6 +50,52 @@ class LaunchInfo:
     def to_dict(self) -> dict:
         """Plain-dict form, for logs and configs."""
         return asdict(self)
+
+    def rank_processes(self, parent: int) -> dict[int, tuple[int, str]]:
+        """The processes of this job's other ranks on this node, read from ``/proc``.
+
+        They are the children of ``parent`` (the launcher's process on this node: hydra's
+        proxy, the torchrun agent, slurmstepd) whose environment names a rank of a job of this
+        size.
+
+        Args:
+            parent: the launcher's process id (this process's parent when it started).
+
+        Returns:
+            rank -> (pid, state), the state as ``/proc/PID/stat`` gives it (``R``, ``S``,
+            ``D``, ``T`` stopped, ``t`` stopped by a debugger, ``Z`` exited); empty without a
+            launcher or without ``/proc``.
+        """
+        if self.launcher not in RANK_VARIABLES:
+            return {}
+        rank_name, size_name = RANK_VARIABLES[self.launcher]
+        found: dict[int, tuple[int, str]] = {}
+        try:
+            pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        except OSError:
+            return {}
+        for pid in pids:
+            if pid == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+                state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+                if int(ppid) != parent:
+                    continue
+                env = _process_environ(pid)
+            except (OSError, ValueError):
+                continue
+            rank, size = env.get(rank_name, ""), env.get(size_name, "")
+            if rank.isdigit() and size == str(self.size):
+                found[int(rank)] = (pid, state)
+        return found
+
+
+def _process_environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        items = f.read().split(b"\0")
+    return dict(i.decode(errors="replace").partition("=")[::2] for i in items if b"=" in i)
 
 
 def _int(env: Mapping[str, str], name: str) -> int:

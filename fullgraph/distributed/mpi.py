@@ -6,8 +6,10 @@ MPI moves large messages only while a rank calls into it, so every wait polls it
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +18,46 @@ import numpy as np
 import torch
 
 from fullgraph.distributed.communicator import Communicator
+from fullgraph.watchdog import phase
+
+
+def init_mpi(timeout_s: float | None = None) -> Any:
+    """mpi4py's ``MPI`` module, with MPI initialised in a way the watchdog can bound.
+
+    mpi4py's own initialisation (at import) holds the GIL while ``MPI_Init`` waits for every
+    rank, busy-polling: a rank whose peer is stopped or dead before it reaches ``MPI_Init``
+    would wait forever, deaf to SIGTERM (no Python thread can run). Here mpi4py is imported
+    without initialising MPI, ``MPI_Init_thread`` is called through ctypes (which releases the
+    GIL) as the start-up phase ``MPI initialisation`` bounded by ``timeout_s``
+    (:mod:`fullgraph.watchdog`), and mpi4py's settings are applied as its own start-up would:
+    errors raise exceptions, ``MPI_Finalize`` runs at exit.
+
+    Args:
+        timeout_s: seconds MPI initialisation may wait for the other ranks (``None``: as
+            long as it takes).
+
+    Returns:
+        The ``mpi4py.MPI`` module, MPI initialised (already initialised MPI is left as it is).
+    """
+    import mpi4py
+
+    if "mpi4py.MPI" not in sys.modules:
+        mpi4py.rc.initialize = False
+        mpi4py.rc.finalize = True
+    from mpi4py import MPI
+
+    if MPI.Is_initialized():
+        return MPI
+    provided = ctypes.c_int()
+    with phase("MPI initialisation", timeout_s):
+        # The extension module's handle resolves the symbol in the libmpi it is linked to.
+        init = ctypes.CDLL(MPI.__file__).MPI_Init_thread
+        err = init(None, None, MPI.THREAD_MULTIPLE, ctypes.byref(provided))
+    if err != 0:
+        raise RuntimeError(f"MPI_Init_thread failed (error code {err})")
+    for comm in (MPI.COMM_SELF, MPI.COMM_WORLD):
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+    return MPI
 
 
 def wait_request(request: Any, timeout_s: float, what: str) -> None:
@@ -44,7 +86,7 @@ class MPICommunicator(Communicator):
     transport = "mpi"
 
     def __init__(self, timeout_s: float = 300.0) -> None:
-        from mpi4py import MPI
+        MPI = init_mpi(timeout_s)
 
         self._mpi = MPI
         self._comm = MPI.COMM_WORLD

@@ -32,6 +32,7 @@ import struct
 import time
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 _SIOCGIFFLAGS, _SIOCGIFADDR, _SIOCGIFNETMASK = 0x8913, 0x8915, 0x891B
 _IFF_UP, _IFF_LOOPBACK = 0x1, 0x8
@@ -219,20 +220,29 @@ class PeerProbe:
         self._sock.listen(backlog)
         self.port = int(self._sock.getsockname()[1])
         self.interfaces = interfaces()
+        self.host = socket.gethostname()
         self._peers: dict[int, tuple[str, int]] = {}
+        self._hosts: dict[int, str] = {}
 
     @property
-    def endpoint(self) -> tuple[list[Interface], int]:
-        """What the peers need to probe this rank: its interfaces and port."""
-        return self.interfaces, self.port
+    def endpoint(self) -> tuple[list[Interface], int, str]:
+        """What the peers need to probe this rank: its interfaces and port (and its host name,
+        which names the node in messages)."""
+        return self.interfaces, self.port, self.host
 
-    def set_peers(self, endpoints: Sequence[tuple[Sequence[Interface], int]], rank: int) -> None:
+    def set_peers(self, endpoints: Sequence[tuple[Any, ...]], rank: int) -> None:
         """Record every rank's endpoint (from an all-gather); this rank's own is skipped."""
         self._peers = {
-            r: (reachable_address(ifaces, self.interfaces), port)
-            for r, (ifaces, port) in enumerate(endpoints)
+            r: (reachable_address(e[0], self.interfaces), e[1])
+            for r, e in enumerate(endpoints)
             if r != rank
         }
+        self._hosts = {r: e[2] for r, e in enumerate(endpoints) if r != rank and len(e) > 2}
+
+    def node_of(self, rank: int) -> str | None:
+        """The host name of ``rank`` when it is another host's than this rank's, else ``None``."""
+        host = self._hosts.get(rank)
+        return host if host and host != self.host else None
 
     def address_of(self, rank: int) -> str | None:
         """The address this rank probes ``rank`` at, if known."""
@@ -291,10 +301,14 @@ class PeerProbe:
 def describe_unreachable(
     unreachable: Mapping[int, str], probe: PeerProbe | None, size: int, rank: int
 ) -> str:
-    """``rank 2 (10.77.0.2: no answer within 3 s), rank 3 (...)``, or what answered."""
+    """``rank 2 (host node7, 10.77.0.2: no answer within 3 s), rank 3 (...)`` (the host
+    named when it is another's than this rank's), or what answered."""
     if probe is None:
         return "peers not probed"
     if not unreachable:
         return f"every other rank of {size} still answers a connection (a peer may be stalled)"
-    parts = [f"rank {r} ({probe.address_of(r)}: {why})" for r, why in unreachable.items()]
+    parts = []
+    for r, why in unreachable.items():
+        node = probe.node_of(r)
+        parts.append(f"rank {r} ({f'host {node}, ' if node else ''}{probe.address_of(r)}: {why})")
     return "unreachable: " + ", ".join(parts)

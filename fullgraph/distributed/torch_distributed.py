@@ -82,9 +82,9 @@ class TorchCommunicator(Communicator):
             self.device = torch.device("cuda", info.local_rank % torch.cuda.device_count())
             torch.cuda.set_device(self.device)
         if info.under_mpi and info.size > 1:
-            from mpi4py import MPI
+            from fullgraph.distributed.mpi import init_mpi
 
-            self._mpi_comm = MPI.COMM_WORLD
+            self._mpi_comm = init_mpi(timeout_s).COMM_WORLD  # bounded, unlike mpi4py's import
         self._where = "before the rendezvous"
         with self._watchdog(label):
             deadline = time.monotonic() + timeout_s
@@ -95,13 +95,14 @@ class TorchCommunicator(Communicator):
             self._where += f", interface {self.interface or 'default'}"
             self._join(store, host, port, deadline)
             try:
-                self._group = dist.init_process_group(
-                    backend,
-                    store=dist.PrefixStore("fullgraph/pg", store),
-                    rank=info.rank,
-                    world_size=info.size,
-                    timeout=self._timeout,
-                )
+                with _cpp_errors_quiet():
+                    self._group = dist.init_process_group(
+                        backend,
+                        store=dist.PrefixStore("fullgraph/pg", store),
+                        rank=info.rank,
+                        world_size=info.size,
+                        timeout=self._timeout,
+                    )
             except RuntimeError as exc:
                 raise self._setup_error(f"{backend} could not connect every rank", exc) from None
 
@@ -122,10 +123,12 @@ class TorchCommunicator(Communicator):
                         f"{self.timeout_s:g} s: {error}"
                     )
                 left = timedelta(seconds=max(1.0, deadline - time.monotonic()))
+            self._where = "MASTER_ADDR:MASTER_PORT"
             try:
-                store = dist.TCPStore(
-                    host, port, info.size, is_master, timeout=left, wait_for_workers=False
-                )
+                with _cpp_errors_quiet():
+                    store = dist.TCPStore(
+                        host, port, info.size, is_master, timeout=left, wait_for_workers=False
+                    )
             except RuntimeError as exc:
                 raise self._setup_error(
                     f"could not reach the rendezvous {host}:{port}", exc
@@ -143,13 +146,16 @@ class TorchCommunicator(Communicator):
         store = None
         if info.rank == 0:
             host = rendezvous_address(per_rank, resolve(socket.gethostname()))
-            store = dist.TCPStore("0.0.0.0", 0, info.size, True, timeout=left,
-                                  wait_for_workers=False)  # fmt: skip
+            with _cpp_errors_quiet():
+                store = dist.TCPStore("0.0.0.0", 0, info.size, True, timeout=left,
+                                      wait_for_workers=False)  # fmt: skip
             chosen = (host, int(store.port))
         host, port = boot.allgather_object(chosen)[0]
         if store is None:
+            self._where = "published by rank 0"
             try:
-                store = dist.TCPStore(host, port, info.size, False, timeout=left)
+                with _cpp_errors_quiet():
+                    store = dist.TCPStore(host, port, info.size, False, timeout=left)
             except RuntimeError as exc:
                 raise self._setup_error(
                     f"could not reach the rendezvous {host}:{port}", exc
@@ -191,6 +197,8 @@ class TorchCommunicator(Communicator):
         cause = one_line(exc)
         if len(cause) > 300:
             cause = cause[:300] + " ..."
+        if "Ping failed" in cause:  # a server answered, but not with a store's handshake
+            cause += " (something else listens there, not a torch.distributed store)"
         return PeerUnreachable(f"{what} within {self.timeout_s:g} s ({self._where}){who}: {cause}")
 
     @contextmanager
@@ -278,6 +286,39 @@ class TorchCommunicator(Communicator):
             if self._mpi_comm is not None:
                 self._mpi_comm.Barrier()
         super().close()
+
+
+def _c10_log_level() -> Any | None:
+    """c10's ``FLAGS_caffe2_log_level`` (the level ``TORCH_CPP_LOG_LEVEL`` sets at import), as
+    a ctypes int, or ``None`` where libc10 does not export it."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+        return ctypes.c_int.in_dll(lib, "FLAGS_caffe2_log_level")
+    except (OSError, ValueError):
+        return None
+
+
+@contextmanager
+def _cpp_errors_quiet() -> Iterator[None]:
+    """No C++ log lines below FATAL while the body runs (c10d connecting to a store).
+
+    c10d logs a failed store connection at ERROR (shown by ``TORCH_CPP_LOG_LEVEL=ERROR``) with
+    its whole C++ stack trace before the exception reaches Python; that exception becomes our
+    one line, which names the address. c10 reads the level at every message, so it is raised
+    for the call and restored after; ``TORCH_CPP_LOG_LEVEL=INFO`` (or ``WARNING``) keeps
+    everything shown.
+    """
+    level = _c10_log_level()
+    if level is None or level.value < 2:  # the user asked for INFO or WARNING: leave it
+        yield
+        return
+    before, level.value = level.value, 3
+    try:
+        yield
+    finally:
+        level.value = before
 
 
 @contextmanager

@@ -10,13 +10,14 @@ with sampled blocks and prints the same per-epoch line (and writes the same JSON
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from fullgraph.minibatch.config import MinibatchConfig, MinibatchData
 from fullgraph.training.job import Job, RunOptions, RuntimeOptions, add_options, run_job
 
-#: Run options the baseline has no use for (it keeps no checkpoints).
-_NO_CHECKPOINTS = ("checkpoint", "checkpoint_every", "resume")
+#: Run options the baseline has no use for (it keeps no checkpoints); its --force is its own.
+_NO_CHECKPOINTS = ("checkpoint", "checkpoint_every", "resume", "force")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("data", MinibatchData, ()),
         ("model, sampling and optimiser", MinibatchConfig, ()),
         ("runtime", RuntimeOptions, ("device",)),
-        ("run outputs", RunOptions, _NO_CHECKPOINTS),
+    )
+    outputs = p.add_argument_group("run outputs")
+    RunOptions.add_arguments(outputs, exclude=_NO_CHECKPOINTS)
+    outputs.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the --log-json of an earlier run (only a log fullgraph wrote)",
     )
     p.set_defaults(func=run)
 
@@ -50,8 +57,12 @@ def run(args: argparse.Namespace) -> int:
     built: dict[str, Any] = {}
 
     def prepare(info: Any) -> None:
+        from fullgraph.datasets.paths import dataset_inputs
+
         built["data"] = MinibatchData.from_args(args)
         built["config"] = MinibatchConfig.from_args(args)
+        data = built["data"]
+        RunOptions.from_args(args).check_apart_from(dataset_inputs(data.dataset, data.root))
         if args.transport == "nccl":
             raise ConfigError("the mini-batch baseline runs on the CPU: --transport nccl is not "
                               "available, use mpi or gloo")  # fmt: skip
@@ -61,12 +72,22 @@ def run(args: argparse.Namespace) -> int:
         lambda: RuntimeOptions.from_args(args, device="cpu"),
         lambda: RunOptions.from_args(args),
         prepare,
-        lambda job: _train(job, built["data"], built["config"]),
+        lambda job: _train(job, built["data"], built["config"], args.memory_check),
     )
     return 0
 
 
-def _train(job: Job, data: MinibatchData, config: MinibatchConfig) -> dict[str, Any]:
+def _memory_check(job: Job, graph: Any, config: MinibatchConfig, check: str) -> list[str]:
+    if job.comm.rank != 0:
+        return []
+    from fullgraph.training.plan import check_minibatch
+
+    return check_minibatch(graph, config, job.comm.size, job.info.local_size, check)
+
+
+def _train(
+    job: Job, data: MinibatchData, config: MinibatchConfig, memory_check: str
+) -> dict[str, Any]:
     """Outputs checked, dataset loaded (both agreed by all ranks), then the epochs."""
     from fullgraph.datasets import load, require_features
     from fullgraph.errors import DataError
@@ -85,6 +106,9 @@ def _train(job: Job, data: MinibatchData, config: MinibatchConfig) -> dict[str, 
         return graph
 
     graph = job.agree(load_graph)
+    # the memory check (rank 0), before the model is built: refused, or warned about
+    for line in job.agree(lambda: _memory_check(job, graph, config, memory_check)):
+        print(f"fullgraph minibatch: {line}", file=sys.stderr, flush=True)
     trainer = MinibatchTrainer(graph, job.comm, config, quiet=job.run.quiet)
     resolved = {"config": {**config.to_dict(), "quiet": job.run.quiet}, "data": data.dataset}
     final = trainer.fit(job.start(resolved))

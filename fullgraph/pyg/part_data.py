@@ -43,6 +43,8 @@ from fullgraph.partition import (
 )
 from fullgraph.partition.format import partition_root
 from fullgraph.training.assembly import as_tensor, build_operator, part_tensors
+from fullgraph.watchdog import Watchdog, phase
+from fullgraph.watchdog import current as current_watchdog
 
 
 class PartGraph:
@@ -179,10 +181,18 @@ def _part_of_graph(graph: Graph, comm: Communicator, method: str) -> Any:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _communicator(threads: int | None) -> Communicator:
-    """The communicator of the launcher that started us (closed at exit); sets the threads."""
+def _communicator(threads: int | None, timeout_s: float) -> Communicator:
+    """The communicator of the launcher that started us (closed at exit); sets the threads.
+
+    The process watchdog (:mod:`fullgraph.watchdog`, installed here unless the process has one)
+    bounds the set-up and :func:`load_part` by ``timeout_s`` and ends the rank if its launcher
+    dies; it leaves the script's signal handling alone.
+    """
     info = detect_launch()
-    comm = create_communicator(resolve_transport("auto", info), info)
+    watchdog = current_watchdog() or Watchdog("fullgraph.pyg").install(signals=False)
+    watchdog.attach(info, timeout_s)
+    with phase("connection set-up"):
+        comm = create_communicator(resolve_transport("auto", info), info, timeout_s)
     atexit.register(comm.close)
     if threads is not None or info.size > 1:
         n = threads or default_threads(info)
@@ -199,6 +209,7 @@ def load_part(
     method: str = "metis",
     threads: int | None = None,
     quiet: bool = True,
+    timeout: float = 300.0,
 ) -> Any:
     """This rank's part of a graph as a PyG ``Data`` object (a collective: every rank calls it).
 
@@ -216,6 +227,9 @@ def load_part(
             with several ranks: the node's cores divided by its ranks).
         quiet: with several ranks, ranks other than 0 send their standard output to
             ``os.devnull`` (the script's prints appear once; errors still reach stderr).
+        timeout: seconds the set-up, the loading and any collective may wait for the other
+            ranks when the communicator is created here (a rank that fails before it calls
+            ``load_part`` ends the others within it, with a line naming the rank).
 
     Returns:
         ``Data(x, y, train_mask, val_mask, test_mask, num_nodes, num_classes, edge_index,
@@ -230,18 +244,19 @@ def load_part(
     """
     from torch_geometric.data import Data
 
-    comm = comm if comm is not None else _communicator(threads)
-    if isinstance(source, (str, os.PathLike)):
-        meta, _ = read_meta(partition_root(source))
-        if int(meta["num_parts"]) != comm.size:
-            raise ConfigError(
-                f"{source} has {meta['num_parts']} parts but {comm.size} ranks were started; "
-                f"start one rank per part"
-            )
-        part = load_partition(source, comm.rank)
-    else:
-        graph = source if isinstance(source, Graph) else from_pyg(source, "pyg")
-        part = _part_of_graph(graph, comm, method)
+    comm = comm if comm is not None else _communicator(threads, timeout)
+    with phase("part loading"):
+        if isinstance(source, (str, os.PathLike)):
+            meta, _ = read_meta(partition_root(source))
+            if int(meta["num_parts"]) != comm.size:
+                raise ConfigError(
+                    f"{source} has {meta['num_parts']} parts but {comm.size} ranks were "
+                    f"started; start one rank per part"
+                )
+            part = load_partition(source, comm.rank)
+        else:
+            graph = source if isinstance(source, Graph) else from_pyg(source, "pyg")
+            part = _part_of_graph(graph, comm, method)
     if quiet and comm.rank > 0:
         sys.stdout = open(os.devnull, "w")  # for the rest of the process
     t = part_tensors(part)

@@ -15,7 +15,9 @@ so a flipped bit is an error instead of a weight of -3.7e37. Files are replaced 
 :class:`CheckpointDir` guards the directory for the run: rank 0 holds an exclusive lock on
 ``<dir>/.lock`` (a second run on the same directory is refused at once), a fresh run refuses a
 directory that holds a checkpoint unless ``--force`` (or ``--resume``), and every save first
-checks that ``checkpoint.pt`` is still the file this run last wrote or resumed from.
+checks that ``checkpoint.pt`` is still the file this run last wrote or resumed from. Files of
+these names that fullgraph did not write (no header, a foreign ``.lock``) are never overwritten,
+``--force`` or not (:data:`CHECKPOINT`, :data:`LOCK`).
 """
 
 from __future__ import annotations
@@ -25,19 +27,50 @@ import fcntl
 import hashlib
 import io
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fullgraph.atomic import atomic_write_bytes, check_output
+from fullgraph.atomic import OutputKind, atomic_write_bytes, check_output
 from fullgraph.errors import ConfigError, mark_replicated
 
 CHECKPOINT_NAME = "checkpoint.pt"
 LOCK_NAME = ".lock"
 _MAGIC = b"FULLGRAPH-CHECKPOINT 2 sha256="
 _HEADER_LEN = len(_MAGIC) + 64 + 1
+#: How every checkpoint file fullgraph wrote begins (any format version).
+_MAGIC_ANY_VERSION = b"FULLGRAPH-CHECKPOINT "
+_LOCK_TEXT = re.compile(rb"(pid \d+ on [^\n]*\n?)?")
+
+
+def _not_a_checkpoint(path: Path) -> str | None:
+    """``None`` for a file that begins with the checkpoint header (a checkpoint fullgraph
+    wrote, whole or not), else why not."""
+    if not path.is_file() or path.is_symlink():
+        return "it is not a regular file"
+    with open(path, "rb") as f:
+        head = f.read(len(_MAGIC_ANY_VERSION))
+    if head != _MAGIC_ANY_VERSION:
+        return f"it has no {_MAGIC_ANY_VERSION.decode().strip()} header"
+    return None
+
+
+def _not_a_lock(path: Path) -> str | None:
+    """``None`` for an empty file or one holding ``pid N on HOST`` (the lock a run writes)."""
+    if not path.is_file() or path.is_symlink():
+        return "it is not a regular file"
+    with open(path, "rb") as f:
+        text = f.read(512)
+    return None if _LOCK_TEXT.fullmatch(text) else "it holds other text than a run's pid and host"
+
+
+#: ``checkpoint.pt`` and ``rank-<r>-epoch-<e>.pt``: replaced only when fullgraph wrote them.
+CHECKPOINT = OutputKind("a checkpoint", _not_a_checkpoint)
+#: ``.lock``: rewritten by every run, so only when a run wrote it.
+LOCK = OutputKind("a checkpoint lock", _not_a_lock)
 
 #: Config keys that must match between the checkpoint and the resumed run (any of them changes
 #: the losses from the resumed epoch on).
@@ -157,13 +190,18 @@ class CheckpointDir:
 
         Raises:
             ConfigError: unwritable place, a file where the directory should be, another run
-                holding the lock, ``--resume`` without a checkpoint.
+                holding the lock, ``--resume`` without a checkpoint, a ``checkpoint.pt``,
+                ``rank-*.pt`` or ``.lock`` there that fullgraph did not write.
             FileExistsError: a fresh run without ``--force`` on a directory with a checkpoint.
         """
         if self.rank != 0:
             return
         self.created = not self.path.exists()
         check_output(self.path, "--checkpoint", kind="dir", exist_ok=True)
+        LOCK.check_replaceable(self.path / LOCK_NAME, "--checkpoint")
+        if not self.resume:  # a fresh run replaces these (--resume reads and checks them)
+            for path in (self.file, *sorted(self.path.glob("rank-*-epoch-*.pt"))):
+                CHECKPOINT.check_replaceable(path, "--checkpoint")
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock()
         has_previous = self.file.exists() or any(self.path.glob("rank-*-epoch-*.pt"))

@@ -10,7 +10,6 @@ final record. A trainer derives from :class:`EpochLoop` and supplies only how an
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ import torch
 
 from fullgraph.errors import TrainingDiverged, mark_replicated
 from fullgraph.resources import peak_rss_mb
-from fullgraph.training.log import write_epoch
+from fullgraph.training.log import append_record, write_epoch
 
 SPLITS = ("train", "val", "test")
 
@@ -224,8 +223,7 @@ class EpochLoop:
             **self.final_extra(),
         }
         if comm.rank == 0 and log is not None:
-            log.write(json.dumps(final) + "\n")
-            log.flush()
+            append_record(final, log)
         return final
 
 

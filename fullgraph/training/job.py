@@ -8,7 +8,10 @@ threads, timeout; :class:`RunOptions`: log, checkpoint, resume, quiet) and hands
 2. checks that need no communicator (options, rank count against part count), alike on every
    rank, so that only rank 0 prints a failure;
 3. threads per rank from the launcher's ranks per node, the transport rule
-   (:func:`~fullgraph.distributed.resolve_transport`), the communicator;
+   (:func:`~fullgraph.distributed.resolve_transport`), the communicator; from here on the
+   process watchdog (:mod:`fullgraph.watchdog`) knows the rank: it ends it when its launcher
+   dies, and when a start-up phase (the connections, then the command's own) outlasts
+   ``--timeout``;
 4. the work itself, under one failure policy
    (:func:`~fullgraph.distributed.faults.run_on_every_rank`): bad input agreed on by every rank
    ends them all with one line; anything else on one rank aborts the job naming the rank;
@@ -19,14 +22,16 @@ threads, timeout; :class:`RunOptions`: log, checkpoint, resume, quiet) and hands
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from fullgraph.atomic import Place, check_apart
 from fullgraph.config import OPTIONAL_POSITIVE_INT, POSITIVE, POSITIVE_INT, Config, option
 from fullgraph.errors import ConfigError, FullgraphError, PeerUnreachable, mark_replicated
 from fullgraph.training.checkpoint import CheckpointDir
-from fullgraph.training.outputs import RunOutputs
+from fullgraph.training.outputs import RunOutputs, config_path_of_log
 
 T = TypeVar("T")
 
@@ -50,6 +55,13 @@ class RuntimeOptions(Config):
         None, "threads per rank (default cores/ranks on the node)", check=OPTIONAL_POSITIVE_INT
     )
     timeout: float = option(300.0, "seconds the set-up and any collective may wait", check=POSITIVE)
+    memory_check: str = option(
+        "refuse",
+        "when the predicted peak memory of a node's ranks exceeds the node's memory (checked "
+        "from the sizes before anything large is allocated): refuse to start (exit status 2), "
+        "warn and run anyway, or off (no prediction); default refuse",
+        choices=("refuse", "warn", "off"),
+    )
 
     def resolved_device(self, transport: str) -> str:
         """``cuda`` for ``auto`` with nccl, else ``cpu``; an explicit device as given."""
@@ -71,12 +83,14 @@ class RunOptions(Config):
     force: bool = option(
         False,
         "start over where --checkpoint or --log-json hold an earlier run's result (the old "
-        "checkpoint is replaced at this run's first checkpoint)",
+        "checkpoint is replaced at this run's first checkpoint); only files fullgraph wrote "
+        "are replaced",
     )
     quiet: bool = option(False, "no per-epoch lines")
 
     def check(self) -> None:
-        """No empty paths; ``--resume`` with a checkpoint and without ``--force``."""
+        """No empty paths; ``--resume`` with a checkpoint and without ``--force``; outputs
+        apart from each other (no log inside the checkpoint directory)."""
         for name in ("log_json", "checkpoint"):
             value = getattr(self, name)
             if value is not None and not str(value).strip():
@@ -85,6 +99,25 @@ class RunOptions(Config):
             raise ConfigError("--resume needs --checkpoint DIR")
         if self.resume and self.force:
             raise ConfigError("--resume continues the checkpoint and --force starts over: give one")
+        self.check_apart_from([])
+
+    def check_apart_from(self, inputs: Sequence[Place]) -> None:
+        """Refuse outputs that are, or lie inside, an input of the run or each other.
+
+        Args:
+            inputs: what the run reads (its partition, or its dataset and root).
+
+        Raises:
+            ConfigError: one line naming both places.
+        """
+        outputs = []
+        if self.log_json:
+            config = config_path_of_log(self.log_json)
+            outputs.append(Place(Path(self.log_json), f"--log-json {self.log_json}"))
+            outputs.append(Place(config, f"--log-json {self.log_json} (its config file {config})"))
+        if self.checkpoint:
+            outputs.append(Place(Path(self.checkpoint), f"--checkpoint {self.checkpoint}"))
+        check_apart(outputs, inputs)
 
 
 def _set_threads(threads: int) -> None:
@@ -191,6 +224,8 @@ def run_job(
     )
     from fullgraph.distributed.faults import abort_setup, run_on_every_rank
     from fullgraph.resources import release_freed_memory
+    from fullgraph.watchdog import current as current_watchdog
+    from fullgraph.watchdog import phase
 
     release_freed_memory()
     info = detect_launch()
@@ -202,10 +237,14 @@ def run_job(
         prepare(info)
     except (FullgraphError, FileExistsError, FileNotFoundError) as exc:
         raise mark_replicated(exc) from None
+    watchdog = current_watchdog()
+    if watchdog is not None:  # the launcher watch and the start-up deadlines from here on
+        watchdog.attach(info, rt.timeout, notices=not io.quiet)
     threads = rt.threads or default_threads(info)
     _set_threads(threads)
     try:
-        comm = create_communicator(transport, info, rt.timeout, label=f"fullgraph {command}")
+        with phase("connection set-up"):
+            comm = create_communicator(transport, info, rt.timeout, label=f"fullgraph {command}")
     except PeerUnreachable as exc:
         if info.size == 1:
             raise

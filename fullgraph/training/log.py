@@ -5,12 +5,30 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fullgraph.errors import no_room
+
+
+def append_record(rec: dict[str, Any], log: Any) -> None:
+    """Append ``rec`` to the open JSON-lines ``log`` as one line, flushed.
+
+    Raises:
+        OutputError: the disk is full (one line naming the log; the records written before
+            stay, the last line may be cut short).
+    """
+    try:
+        log.write(json.dumps(rec) + "\n")
+        log.flush()
+    except OSError as exc:
+        full = no_room(exc, getattr(log, "name", "--log-json"), "the records before are kept")
+        if full is None:
+            raise
+        raise full from None
+
 
 def write_epoch(rec: dict[str, Any], log: Any | None, quiet: bool) -> None:
     """Append ``rec`` to the JSONL ``log`` (flushed) and print its one-line summary."""
     if log is not None:
-        log.write(json.dumps(rec) + "\n")
-        log.flush()
+        append_record(rec, log)
     if quiet:
         return
     accs = ""

@@ -53,7 +53,7 @@ features (:func:`check_modelled` says what is not).
 from __future__ import annotations
 
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fullgraph.errors import ConfigError
@@ -77,6 +77,7 @@ __all__ = [
     "measure_floor",
     "parameter_count",
     "predict",
+    "predict_quickly",
     "predict_rank",
     "widths",
 ]
@@ -126,18 +127,61 @@ def predict_rank(part: PartShape, graph: GraphShape, cfg: TrainConfig, floor: in
     Returns:
         The :class:`Prediction` (its terms add up to its total).
     """
-    check_modelled(cfg)
-    rank = (GATRank if cfg.model == "gat" else RankReplay)(part, graph, cfg, floor)
-    rank.setup()
-    rank.train_step()
-    rank.evaluate()
-    led = rank.led
+    led = _replay(part, graph, cfg, floor)
     return Prediction(rank=part.rank, phase=led.peak_phase, terms=dict(led.peak_terms))
 
 
 def predict(graph: GraphShape, cfg: TrainConfig, floor: int) -> list[Prediction]:
     """:func:`predict_rank` for every rank of the partition."""
     return [predict_rank(p, graph, cfg, floor) for p in graph.parts]
+
+
+#: Layers replayed one by one by :func:`predict_quickly`; a deeper model is extended.
+REPLAYED_LAYERS = 128
+
+
+def _replay(part: PartShape, graph: GraphShape, cfg: TrainConfig, floor: int) -> Any:
+    check_modelled(cfg)
+    rank = (GATRank if cfg.model == "gat" else RankReplay)(part, graph, cfg, floor)
+    rank.setup()
+    rank.train_step()
+    rank.evaluate()
+    return rank.led
+
+
+def predict_quickly(graph: GraphShape, cfg: TrainConfig, floor: int) -> list[Prediction]:
+    """:func:`predict` up to :data:`REPLAYED_LAYERS` layers; beyond, a lower bound of it in
+    well under a second at any depth (``--layers 100000``: the replay and the meta-device
+    model it reads its shapes from take time linear in the layers, 20 s there).
+
+    The model is replayed at ``K - 1`` and ``K`` layers and extended linearly to the depth
+    asked for: the peak (the largest of phases that each grow linearly with the depth) along
+    its secant, and each phase of the whole model (:data:`~fullgraph.training.memory_replay.
+    WHOLE_MODEL_PHASES`: the loss's, where every saved activation is live, grows fastest)
+    along its own line; the largest of these. Neither exceeds the exact replay; the deepest
+    phases differ from the loss's by one layer's temporaries (``tests/training/test_plan.py``
+    compares them).
+
+    Returns:
+        One :class:`Prediction` per rank; an extended one says so in its phase.
+    """
+    if cfg.layers <= REPLAYED_LAYERS:
+        return predict(graph, cfg, floor)
+    k, more = REPLAYED_LAYERS, cfg.layers - REPLAYED_LAYERS
+    out = []
+    for part in graph.parts:
+        a = _replay(part, graph, replace(cfg, layers=k - 1), floor)
+        b = _replay(part, graph, replace(cfg, layers=k), floor)
+        lines = [(b.peak_phase, a.peak_terms, b.peak_terms)]
+        lines += [(p, a.phase_peaks[p][1], t) for p, (_, t) in b.phase_peaks.items()
+                  if p in a.phase_peaks]  # fmt: skip
+        best: tuple[int, str, dict[str, int]] = (-1, "", {})
+        for phase, at_a, at_b in lines:
+            terms = {t: v + more * max(0, v - at_a[t]) for t, v in at_b.items()}
+            best = max(best, (sum(terms.values()), phase, terms), key=lambda x: x[0])
+        phase = f"{best[1]} (at least: replayed at {k} layers, extended to {cfg.layers})"
+        out.append(Prediction(rank=part.rank, phase=phase, terms=best[2]))
+    return out
 
 
 def _tiny_part(num_features: int, num_classes: int) -> Any:

@@ -3,7 +3,9 @@
 They are checked before any work (:meth:`RunOutputs.open`: right kind, writable, not holding an
 earlier run's result unless ``--force`` or ``--resume``; the checkpoint directory locked) and
 written only once the run's set-up has succeeded (:meth:`RunOutputs.start`), so a run that fails
-early leaves nothing behind and one that is refused overwrites nothing.
+early leaves nothing behind and one that is refused overwrites nothing. A log or config file
+that fullgraph did not write (:data:`LOG`, :data:`RUN_CONFIG`) is never replaced, ``--force``
+or not.
 """
 
 from __future__ import annotations
@@ -12,8 +14,60 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
-from fullgraph.atomic import atomic_write_bytes, atomic_write_json, check_output
+from fullgraph.atomic import OutputKind, atomic_write_bytes, atomic_write_json, check_output
 from fullgraph.training.checkpoint import CheckpointDir
+
+#: How a record of the log begins (``json.dumps`` of an epoch's or the final record).
+_RECORD_STARTS = (b'{"epoch": ', b'{"final": ')
+_LINE_LIMIT = 1 << 20
+
+
+def _not_a_log(path: Path) -> str | None:
+    """``None`` for a JSON-lines log of epoch records (an empty one too; the last line may be
+    cut short by an interruption), else why not."""
+    if not path.is_file() or path.is_symlink():
+        return "it is not a regular file"
+    with open(path, "rb") as f:
+        for number, line in enumerate(iter(lambda: f.readline(_LINE_LIMIT), b""), 1):
+            try:
+                rec = json.loads(line)
+            except ValueError:  # not JSON, or not UTF-8
+                if not line.endswith(b"\n") and line.startswith(_RECORD_STARTS):
+                    continue  # the last record, cut short
+                return f"line {number} is not a JSON record"
+            ours = isinstance(rec, dict) and (
+                isinstance(rec.get("epoch"), int) or rec.get("final") is True
+            )
+            if not ours:
+                return f"line {number} is not an epoch record"
+    return None
+
+
+def _not_a_run_config(path: Path) -> str | None:
+    """``None`` for a run's resolved configuration (``{"config": {...}, "data": ...}``)."""
+    if not path.is_file() or path.is_symlink():
+        return "it is not a regular file"
+    try:
+        obj = json.loads(path.read_bytes())
+    except ValueError:
+        return "it is not JSON"
+    if isinstance(obj, dict) and isinstance(obj.get("config"), dict) and "data" in obj:
+        return None
+    return "it is other JSON"
+
+
+#: The ``--log-json`` file: ``--force`` / ``--resume`` replace or cut only a log fullgraph wrote.
+LOG = OutputKind("a training log", _not_a_log)
+#: ``<log stem>.config.json`` and ``<checkpoint>/config.json``: rewritten by every run, so only
+#: when a run wrote them.
+RUN_CONFIG = OutputKind("a run's configuration", _not_a_run_config)
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def config_path_of_log(log_json: str | Path) -> Path:
@@ -72,7 +126,8 @@ class RunOutputs:
 
         Raises:
             ConfigError: an output of the wrong kind, under a file, or in a place that cannot
-                be written; the checkpoint directory in use by another run.
+                be written; a log, config or checkpoint file there that fullgraph did not
+                write; the checkpoint directory in use by another run.
             FileExistsError: an earlier run's log or checkpoint without ``--force`` /
                 ``--resume``.
         """
@@ -80,10 +135,19 @@ class RunOutputs:
             return
         if self.log_json is not None:
             keep = self.force or self.resume
-            check_output(self.log_json, "--log-json", kind="file", exist_ok=keep)
+            check_output(self.log_json, "--log-json", kind="file", exist_ok=keep, ours=LOG)
             config = config_path_of_log(self.log_json)
-            check_output(config, "--log-json (its config file)", kind="file", exist_ok=True)
+            check_output(
+                config,
+                "--log-json (its config file)",
+                kind="file",
+                exist_ok=True,
+                ours=RUN_CONFIG,
+                advice="choose another --log-json or remove it yourself",
+            )
         if self.checkpoints is not None:
+            if self.checkpoints.path.is_dir():
+                RUN_CONFIG.check_replaceable(self.checkpoints.path / "config.json", "--checkpoint")
             self.checkpoints.open()
 
     def start(self, resolved: dict[str, Any], start_epoch: int = 1) -> TextIO | None:
@@ -118,14 +182,20 @@ class RunOutputs:
         return self.log
 
     def close(self, discard: bool = False) -> None:
-        """Close the log and release the checkpoint lock.
+        """Close the log (removed when this run created it and it holds no record, as when a
+        full disk failed its first write) and release the checkpoint lock.
 
         Args:
             discard: the run failed before :meth:`start`: remove the checkpoint directory if
                 this run created it and wrote nothing there.
         """
         if self.log is not None:
-            self.log.close()
-            self.log = None
+            try:
+                self.log.close()
+            except OSError:  # the records the last flush could not write (a full disk, said)
+                pass
+            created, self.log = self.log.mode != "a", None
+            if created and self.log_json is not None and _is_empty(self.log_json):
+                self.log_json.unlink()  # this run's log, and it holds no record
         if self.checkpoints is not None:
             self.checkpoints.close(discard=discard)

@@ -8,8 +8,10 @@ whether its ranks fit its memory (``--node-memory``, default this machine's). A 
 not fit ends the command with one line and exit status 2. The model options are
 ``fullgraph train``'s own (:class:`~fullgraph.training.config.TrainConfig`). Nothing is written.
 
-``fullgraph train`` prints rank 0's line of the same table at start and warns when a node of
-its launch would not fit (:func:`startup_report`).
+``fullgraph train`` makes the same prediction before it allocates anything by the model's sizes
+and refuses a launch with a node that would not fit, exit status 2, unless
+``--memory-check warn`` (or ``off``) says otherwise; it prints rank 0's line of the table at
+start (:class:`StartupPlan`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from fullgraph.config import Config, number, option
 from fullgraph.errors import ConfigError
@@ -27,8 +30,9 @@ from fullgraph.training.memory_model import (
     GraphShape,
     Prediction,
     check_modelled,
+    current_rss_bytes,
     measure_floor,
-    predict,
+    predict_quickly,
 )
 
 MIB, GIB = 2**20, 2**30
@@ -58,7 +62,8 @@ class PlanOptions(Config):
     )
     node_memory: float | None = option(
         None,
-        "memory of one node in GiB (default: this machine's total memory)",
+        "memory of one node in GiB (default: this machine's total memory, or this process's "
+        "cgroup limit when lower)",
         check=number(low=0.0, low_open=True, optional=True),
         metavar="GIB",
     )
@@ -79,15 +84,11 @@ class PlanOptions(Config):
 
 
 def machine_memory_bytes() -> int:
-    """This machine's total memory (``MemTotal`` of ``/proc/meminfo``), bytes."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    """This machine's memory, bytes: ``MemTotal`` of ``/proc/meminfo``, or this process's
+    control group's limit when lower (:func:`fullgraph.resources.node_memory_bytes`)."""
+    from fullgraph.resources import node_memory_bytes
+
+    return node_memory_bytes()
 
 
 def verified_shape(parts: str) -> GraphShape:
@@ -195,13 +196,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="predict every rank's peak memory for a partition and model, before running",
         description=(
             "Predicted peak training memory of every rank, term by term, and whether the "
-            "ranks of each node fit its memory. Reads only the partition's metadata (every "
-            "file is checked against its checksum); nothing is written."
+            "ranks of each node fit its memory. Reads the partition's sizes (every file is "
+            "checked against its checksum) and measures the process floor by training the "
+            "same model for two epochs on a 64-node graph in this process (seconds; "
+            "--floor-mb gives it instead); nothing is written."
         ),
     )
     from fullgraph.training.job import add_options
 
-    add_options(p, ("plan", PlanOptions, ()), ("model and optimiser", TrainConfig, ("epochs",)))
+    plan = p.add_argument_group("plan")
+    plan.add_argument(
+        "--parts",
+        required=True,
+        metavar="DIR",
+        help="partition directory written by `fullgraph partition` (or its meta.json)",
+    )
+    PlanOptions.add_arguments(plan, exclude=("parts",))
+    add_options(p, ("model and optimiser", TrainConfig, ("epochs",)))
     p.set_defaults(func=run_plan)
 
 
@@ -234,14 +245,16 @@ def run_plan(args: argparse.Namespace) -> int:
     per_node = opts.ranks_per_node or graph.num_parts
     node_memory = int(opts.node_memory * GIB) if opts.node_memory else machine_memory_bytes()
     if opts.floor_mb is not None:
-        floor = int(opts.floor_mb * MIB)
-    else:
-        floor = _floor(cfg, graph, per_node)
-    preds = predict(graph, cfg, floor)
+        floor, source = int(opts.floor_mb * MIB), "given"
+    else:  # the probe runs the model: not one whose sizes cannot fit (--hidden 10000000)
+        floor, source = current_rss_bytes(), "this process now; not measured, a node cannot fit"
+        if all(nf.fits for nf in node_fits(predict_quickly(graph, cfg, floor), per_node,
+                                           node_memory)):  # fmt: skip
+            floor, source = _floor(cfg, graph, per_node), "measured"
+    preds = predict_quickly(graph, cfg, floor)
     print(
         f"fullgraph plan: {graph.dataset}, {graph.num_parts} part(s) ({opts.parts}), "
-        f"{describe(cfg)}; process floor {_mib(floor)} MiB "
-        f"({'given' if opts.floor_mb is not None else 'measured'})"
+        f"{describe(cfg)}; process floor {_mib(floor)} MiB ({source})"
     )
     print("predicted peak resident memory per rank, MiB:")
     for line in format_table(graph, preds):
@@ -265,47 +278,159 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def startup_floor(cfg: TrainConfig, meta: dict | None) -> int:
-    """``fullgraph train``'s process floor, measured on rank 0 before it loads its part
-    (0 when the configuration is not modelled). A one-process run does not know its widths
-    yet: the probe then uses 16 features and 4 classes (the floor is code and pools)."""
-    try:
-        check_modelled(cfg)
-    except ConfigError:
-        return 0
-    if meta is None:
-        return measure_floor(cfg, 16, 4)
-    return measure_floor(cfg, int(meta["num_features"]), int(meta["num_classes"]))
+#: ``--memory-check`` (``fullgraph train`` and ``minibatch``): what a run does when the
+#: predicted peak of a node's ranks exceeds its memory.
+MEMORY_CHECKS = ("refuse", "warn", "off")
 
 
-def startup_report(
-    graph: GraphShape, cfg: TrainConfig, ranks_per_node: int, floor: int
-) -> list[str]:
-    """What ``fullgraph train`` prints at start on rank 0: rank 0's predicted peak, and a
-    warning line (prefixed ``warning:``) for every node of the launch that would not fit.
+#: What a refusal of ``fullgraph train`` suggests.
+TRAIN_ADVICE = (
+    "use more ranks, fewer per node, a narrower model or halo compression (`fullgraph plan` "
+    "shows every rank)"
+)
 
-    Args:
-        graph: the partition's shape.
-        cfg: the run's configuration.
-        ranks_per_node: ranks on each node of the launch.
-        floor: the process floor (:func:`startup_floor`).
+
+def memory_verdict(fits: list[NodeFit], check: str, advice: str = TRAIN_ADVICE) -> list[str]:
+    """Refuse (``check == "refuse"``) or warn about the nodes that would not fit.
 
     Returns:
-        Lines to print (one saying so when the configuration is not modelled).
+        A ``warning:`` line per node that would not fit (``warn``), else none.
+
+    Raises:
+        ConfigError: ``refuse`` and a node would not fit: one line naming the node's predicted
+            peak, its memory and the option that runs anyway.
     """
-    try:
-        check_modelled(cfg)
-    except ConfigError as exc:
-        return [f"memory plan: none ({exc})"]
-    preds = predict(graph, cfg, floor)
-    p0 = preds[0]
-    terms = ", ".join(f"{TERMS[t]} {_mib(v)}" for t, v in p0.terms.items() if v)
-    lines = [f"memory plan: rank 0 peak {_mib(p0.total)} MiB in {p0.phase} ({terms} MiB)"]
-    for nf in node_fits(preds, max(1, ranks_per_node), machine_memory_bytes()):
-        if not nf.fits:
-            lines.append(
-                f"warning: memory plan: node {nf.node} ({_ranks(nf.ranks)}) would need "
-                f"{nf.need / GIB:.2f} GiB of this machine's {nf.have / GIB:.2f} GiB "
-                f"(`fullgraph plan` shows every rank)"
-            )
-    return lines
+    bad = [nf for nf in fits if not nf.fits]
+    if check == "refuse" and bad:
+        worst = max(bad, key=lambda nf: nf.need - nf.have)
+        raise ConfigError(
+            f"memory plan: node {worst.node} ({_ranks(worst.ranks)}) would need "
+            f"{worst.need / GIB:.2f} GiB at the predicted peak, more than this machine's "
+            f"{worst.have / GIB:.2f} GiB; {advice}, or --memory-check warn to run anyway"
+        )
+    return [
+        f"warning: memory plan: node {nf.node} ({_ranks(nf.ranks)}) would need "
+        f"{nf.need / GIB:.2f} GiB of this machine's {nf.have / GIB:.2f} GiB"
+        + (" (`fullgraph plan` shows every rank)" if advice == TRAIN_ADVICE else "")
+        for nf in bad
+    ]
+
+
+class StartupPlan:
+    """``fullgraph train``'s memory plan, on rank 0: sizes checked before anything large.
+
+    1. :meth:`check_sizes`, as soon as the graph's sizes are known (the partition's
+       ``meta.json``; a one-process run's graph once loaded) and before anything that
+       allocates by the model's sizes: the prediction (:func:`~fullgraph.training.
+       memory_model.predict_quickly`, no tensor built) with this process's resident memory as
+       the floor, a lower bound of the measured one. An absurd width, head or layer count
+       (``--hidden 10000000``, ``--heads 100000``, ``--layers 100000``) ends here, in seconds,
+       by the same rule as any run too large for its nodes: no caps.
+    2. :meth:`measure_floor`: the floor probe (a two-epoch run of the same model on a 64-node
+       graph, :func:`~fullgraph.training.memory_model.measure_floor`), skipped when step 1
+       already found a node that does not fit.
+    3. :meth:`report`: the prediction with the measured floor; rank 0's line, and the same
+       refusal or warnings.
+
+    ``check`` (``--memory-check``): ``refuse`` (the default; exit status 2), ``warn`` (a
+    warning line, and the run goes on), ``off`` (no prediction, no probe). Every node is taken
+    to have this machine's memory (:func:`machine_memory_bytes`), shared by
+    ``ranks_per_node`` consecutive ranks.
+
+    Args:
+        cfg: the run's configuration.
+        check: one of :data:`MEMORY_CHECKS`.
+        ranks_per_node: ranks on each node of the launch.
+    """
+
+    def __init__(self, cfg: TrainConfig, check: str, ranks_per_node: int) -> None:
+        self.cfg, self.check, self.per_node = cfg, check, max(1, ranks_per_node)
+        self.unmodelled = ""
+        try:
+            check_modelled(cfg)
+        except ConfigError as exc:
+            self.unmodelled = str(exc)
+        #: this process before it loads anything: the floor's lower bound
+        self.resident = current_rss_bytes()
+        self.floor = self.resident
+        self.fits = True
+
+    @property
+    def active(self) -> bool:
+        """Whether there is a prediction to make (checked, and the model covered)."""
+        return self.check != "off" and not self.unmodelled
+
+    def _fits(self, graph: GraphShape) -> tuple[list[Prediction], list[NodeFit]]:
+        preds = predict_quickly(graph, self.cfg, self.floor)
+        fits = node_fits(preds, self.per_node, machine_memory_bytes())
+        self.fits = all(nf.fits for nf in fits)
+        return preds, fits
+
+    def check_sizes(self, graph: GraphShape) -> None:
+        """Step 1 (see the class docstring), before any probe (with ``warn`` the warnings come
+        from :meth:`report`).
+
+        Raises:
+            ConfigError: ``refuse`` and a node would not fit.
+        """
+        if self.active:
+            memory_verdict(self._fits(graph)[1], self.check)
+
+    def measure_floor(self, num_features: int, num_classes: int) -> None:
+        """Step 2: the process floor, without what this process loaded since it started."""
+        if not self.active or not self.fits:
+            return
+        before = current_rss_bytes()
+        after = measure_floor(self.cfg, num_features, num_classes)
+        self.floor = self.resident + max(0, after - before)
+
+    def report(self, graph: GraphShape) -> list[str]:
+        """Step 3: rank 0's predicted peak, and the refusal or warnings.
+
+        Returns:
+            Lines to print: ``memory plan: ...`` and ``warning: ...`` lines (one line saying
+            so when the model is not covered; none with ``--memory-check off``).
+
+        Raises:
+            ConfigError: ``refuse`` and a node would not fit.
+        """
+        if self.check == "off":
+            return []
+        if self.unmodelled:
+            return [f"memory plan: none ({self.unmodelled})"]
+        preds, fits = self._fits(graph)
+        p0 = preds[0]
+        terms = ", ".join(f"{TERMS[t]} {_mib(v)}" for t, v in p0.terms.items() if v)
+        line = f"memory plan: rank 0 peak {_mib(p0.total)} MiB in {p0.phase} ({terms} MiB)"
+        return [line, *memory_verdict(fits, self.check)]
+
+
+def check_minibatch(graph: Any, cfg: Any, ranks: int, ranks_per_node: int, check: str) -> list[str]:
+    """``fullgraph minibatch``'s memory check, on rank 0 once the graph is loaded (memory-mapped)
+    and before the model is built: the estimate of
+    :func:`~fullgraph.training.memory_model_minibatch.predict_minibatch` (a lower bound) with
+    this process's resident memory as the floor, against this machine's memory.
+
+    Args:
+        graph: the loaded :class:`~fullgraph.datasets.Graph`.
+        cfg: the run's :class:`~fullgraph.minibatch.config.MinibatchConfig`.
+        ranks: ranks of the run.
+        ranks_per_node: ranks on each node.
+        check: ``--memory-check`` (:data:`MEMORY_CHECKS`).
+
+    Returns:
+        ``warning:`` lines (``warn``), else none.
+
+    Raises:
+        ConfigError: ``refuse`` and a node would not fit.
+    """
+    if check == "off":
+        return []
+    from fullgraph.training.memory_model_minibatch import predict_minibatch
+
+    per_node = max(1, ranks_per_node)
+    preds = predict_minibatch(graph.num_nodes, graph.num_edges, graph.num_features,
+                              graph.num_classes, cfg, ranks, per_node,
+                              current_rss_bytes())  # fmt: skip
+    advice = "use a narrower model (--hidden), more ranks or fewer per node"
+    return memory_verdict(node_fits(preds, per_node, machine_memory_bytes()), check, advice)

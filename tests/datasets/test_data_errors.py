@@ -309,3 +309,121 @@ def test_musae_bad_files(tmp_path: Path, capsys, case: str) -> None:
     err = cli_error(capsys, ["data", "info", "--dataset", "facebook", "--root", str(tmp_path)])
     assert str(raw / name) in err, err
     assert re.search(message, err), err
+
+
+# --- graphs without edges ---------------------------------------------------------------------
+
+
+def _edgeless(graph: Graph) -> Graph:
+    """``graph`` with every edge removed (the nodes, features, labels and split kept)."""
+    return Graph(
+        name=graph.name,
+        num_nodes=graph.num_nodes,
+        indptr=np.zeros(graph.num_nodes + 1, dtype=np.int64),
+        indices=np.zeros(0, dtype=np.int64),
+        x=graph.x,
+        y=graph.y,
+        train_mask=graph.train_mask,
+        val_mask=graph.val_mask,
+        test_mask=graph.test_mask,
+        num_classes=graph.num_classes,
+    )
+
+
+def _edgeless_planetoid(root: Path) -> None:
+    raw = write_planetoid(root)
+    _pickle(raw / "ind.cora.graph", {v: [] for v in range(N_ALL + N_TEST)})
+
+
+def _edgeless_musae(root: Path) -> None:
+    (write_musae(root) / "edges.csv").write_text("id_1,id_2\n")
+
+
+#: reader -> (write an edgeless dataset under the root, its name, its node count)
+EDGELESS: dict[str, tuple[Callable[[Path], None], str, int]] = {
+    "ogb": (lambda r: write_ogb(_edgeless(_tiny()), r, "tiny"), "tiny", 80),
+    "planetoid": (_edgeless_planetoid, "cora", N_ALL + N_TEST),
+    "musae": (_edgeless_musae, "facebook", MUSAE_N),
+}
+
+
+def _tiny() -> Graph:
+    from conftest import build_sbm_graph
+
+    return build_sbm_graph(num_nodes=80, num_features=3, num_classes=2, seed=3, name="tiny")
+
+
+@pytest.mark.parametrize("reader", list(EDGELESS))
+def test_a_graph_without_edges_loads(tmp_path: Path, capsys, reader: str) -> None:
+    """A graph with no edges is valid (``edge.csv.gz`` empty, ``edges.csv`` a header only)."""
+    write, name, n = EDGELESS[reader]
+    write(tmp_path)
+    g = load(name, tmp_path)
+    assert (g.num_nodes, g.num_edges) == (n, 0) and g.indptr.shape == (n + 1,)
+    assert main(["data", "info", "--dataset", name, "--root", str(tmp_path)]) == 0
+    assert "edges        0 directed" in capsys.readouterr().out
+
+
+def test_an_edge_file_emptied_is_still_refused(tmp_path: Path, tiny_graph: Graph, capsys) -> None:
+    """An empty edge file where num-edge-list counts edges is a damaged copy, as before."""
+    import gzip
+
+    d = write_ogb(tiny_graph, tmp_path, "tiny")
+    with gzip.open(d / "raw" / "edge.csv.gz", "wb"):
+        pass
+    err = cli_error(capsys, ["data", "info", "--dataset", "tiny", "--root", str(tmp_path)])
+    assert "edge.csv.gz: the file is empty; replace it with an intact copy" in err
+
+
+def test_an_edgeless_graph_partitions_and_trains(tmp_path: Path, tiny_graph: Graph, capsys) -> None:
+    """GCN on a graph without edges is a valid model (self-loops only): one process and parts."""
+    write_ogb(_edgeless(tiny_graph), tmp_path / "data", "lonely")
+    data = ["--dataset", "lonely", "--root", str(tmp_path / "data")]
+    quiet = ["--epochs", "2", "--quiet", "--memory-check", "off"]
+    for model in ("gcn", "sage", "gat"):
+        assert main(["train", *data, "--model", model, *quiet]) == 0, capsys.readouterr().err
+    parts = tmp_path / "parts"
+    assert main(["partition", *data, "--parts", "1", "--out", str(parts)]) == 0
+    assert main(["verify", str(parts)]) == 0
+    assert main(["train", "--parts", str(parts), *quiet]) == 0
+    assert "final: best val" in capsys.readouterr().out
+
+
+# --- MUSAE under the directory names it is distributed with ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("directory", "names"),
+    [
+        ("facebook_page_page", ["facebook", "facebook_page_page", "facebook-page-page"]),
+        ("facebook", ["facebook", "facebook_page_page"]),
+    ],
+)
+def test_musae_loads_from_its_distributed_directory(
+    tmp_path: Path, capsys, directory: str, names: list[str]
+) -> None:
+    raw = write_musae(tmp_path)
+    if directory != "facebook":
+        (tmp_path / "facebook").rename(tmp_path / directory)
+    for name in names:
+        g = load(name, tmp_path)
+        assert g.name == "facebook" and (g.num_nodes, g.num_edges) == (8, 16)
+        assert g.meta["path"] == str(tmp_path / directory / "raw"), name
+    assert main(["data", "info", "--dataset", "facebook", "--root", str(tmp_path)]) == 0
+    assert raw.name == "raw" and "facebook" in capsys.readouterr().out
+
+
+def test_musae_missing_names_every_directory_tried(tmp_path: Path, capsys) -> None:
+    err = cli_error(capsys, ["data", "info", "--dataset", "github", "--root", str(tmp_path)])
+    assert f"{tmp_path / 'github'} or {tmp_path / 'github_musae'}" in err
+
+
+def test_shared_musae_datasets_load_under_their_short_names() -> None:
+    """The shared copies (``facebook_page_page/``, ``github_musae/``), read where they are."""
+    from conftest import SHARED_DATASETS
+
+    for name, directory, n in (("facebook", "facebook_page_page", 22470),
+                               ("github", "github_musae", 37700)):  # fmt: skip
+        if not (SHARED_DATASETS / directory / "raw").is_dir():
+            pytest.skip(f"{SHARED_DATASETS / directory} absent")
+        assert load(name, SHARED_DATASETS).num_nodes == n

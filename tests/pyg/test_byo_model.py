@@ -218,3 +218,31 @@ def test_example_on_two_ranks_prints_the_one_process_losses(shared_dataset) -> N
     got = [float(v) for v in re.findall(r"loss (\S+)", proc.stdout)]
     assert len(got) == 3, proc.stdout  # printed once: rank 1's output is quiet
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+#: A script whose rank 1 fails before it calls ``load_part``.
+FAILS_BEFORE_LOAD_PART = """
+import os, sys
+from fullgraph import pyg
+if os.environ["PMI_RANK"] == "1":
+    raise ValueError("the script failed on rank 1")
+pyg.load_part(sys.argv[1], timeout=float(sys.argv[2]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_rank_failing_before_load_part_ends_the_others(small_partitions, tmp_path) -> None:
+    """Rank 1's own code raises before ``load_part``: its traceback is printed, and rank 0,
+    waiting for it in MPI initialisation, ends once the timeout has passed, naming rank 1."""
+    script = tmp_path / "pyg_fails_early.py"
+    script.write_text(FAILS_BEFORE_LOAD_PART)
+    proc = run_mpi(2, [str(script), str(small_partitions[2]), "5"], timeout=120, expect_ok=False)
+    assert proc.returncode != 0
+    assert "ValueError: the script failed on rank 1" in proc.stderr, proc.stderr
+    assert re.search(
+        r"^fullgraph.pyg: error: rank 0: MPI initialisation did not finish within 5 s; "
+        r"rank 1 (is not running|\(pid \d+\) has exited)",
+        proc.stderr,
+        re.MULTILINE,
+    ), proc.stderr

@@ -17,6 +17,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -199,7 +200,7 @@ def test_tiny_graph_prediction_brackets_its_measured_peak(small_partitions, tmp_
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > 0
 
 
-def test_train_prints_the_plan_and_warns_when_a_node_would_not_fit(
+def test_train_prints_the_plan_and_refuses_a_node_that_would_not_fit(
     capsys, monkeypatch, small_partitions
 ) -> None:
     import fullgraph.training.plan as plan_mod
@@ -210,9 +211,116 @@ def test_train_prints_the_plan_and_warns_when_a_node_would_not_fit(
     out = capsys.readouterr()
     assert "memory plan: rank 0 peak" in out.out and "warning" not in out.err
     monkeypatch.setattr(plan_mod, "machine_memory_bytes", lambda: 1)
-    assert cli_main([*args, "--quiet"]) == 0
+    assert cli_main([*args, "--quiet"]) == 2  # refused: one line, the override named
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1
+    assert "error: memory plan: node 0 (rank 0) would need" in out.err
+    assert "--memory-check warn to run anyway" in out.err
+    assert cli_main([*args, "--quiet", "--memory-check", "warn"]) == 0
     out = capsys.readouterr()
     assert "memory plan: rank 0 peak" not in out.out
     assert "warning: memory plan: node 0 (rank 0) would need" in out.err
+    monkeypatch.setattr(plan_mod, "measure_floor", _no_probe)
+    assert cli_main([*args, "--memory-check", "off"]) == 0  # no prediction, no probe
+    out = capsys.readouterr()
+    assert "memory plan" not in out.out + out.err
     meta, _ = read_meta(parts)
     assert GraphShape.from_meta(meta).parts[0].num_inner == meta["parts"][0]["num_inner"]
+
+
+def _no_probe(*args: object) -> int:
+    raise AssertionError("the floor probe ran")
+
+
+def _nothing_built(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the trainer was built")
+
+
+#: Absurd sizes, each refused by the memory rule (no caps) with a node of 16 GiB.
+ABSURD = {
+    "width": ["--hidden", "10000000"],
+    "heads": ["--model", "gat", "--heads", "100000"],
+    "layers": ["--layers", "100000", "--hidden", "256"],
+}
+
+
+@pytest.mark.parametrize("case", list(ABSURD))
+@pytest.mark.parametrize("source", ["parts", "dataset"])
+def test_absurd_sizes_are_refused_before_anything_is_allocated(
+    capsys, monkeypatch, small_partitions, small_graph, tmp_path: Path, case: str, source: str
+) -> None:
+    """Neither the floor probe nor the trainer runs; one line within seconds, exit 2."""
+    import fullgraph.training.plan as plan_mod
+    import fullgraph.training.trainer as trainer_mod
+    from fullgraph.datasets.synthetic import write_ogb
+
+    monkeypatch.setattr(plan_mod, "machine_memory_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(plan_mod, "measure_floor", _no_probe)
+    monkeypatch.setattr(trainer_mod.Trainer, "__init__", _nothing_built)
+    if source == "parts":
+        data = ["--parts", str(small_partitions[1])]
+    else:
+        write_ogb(small_graph, tmp_path, "g")
+        data = ["--dataset", "g", "--root", str(tmp_path)]
+    t0 = time.monotonic()
+    assert cli_main(["train", *data, *ABSURD[case], "--epochs", "1"]) == 2
+    seconds = time.monotonic() - t0
+    out = capsys.readouterr()
+    assert out.err.count("\n") == 1 and "Traceback" not in out.err, out.err
+    assert "memory plan: node 0 (rank 0) would need" in out.err
+    assert "more than this machine's 16.00 GiB" in out.err and "--memory-check" in out.err
+    assert seconds < 20, seconds  # the prediction builds no tensor (a few seconds on CI)
+
+
+def test_quick_prediction_of_a_deep_model_is_the_replay_or_just_below(monkeypatch) -> None:
+    """Beyond REPLAYED_LAYERS the model is replayed at K-1 and K layers and extended."""
+    import fullgraph.training.memory_model as mm
+
+    monkeypatch.setattr(mm, "REPLAYED_LAYERS", 16)
+    cora = GraphShape("cora-like", 1, 1433, 7, (PartShape(0, 2708, 0, 10556, 0, 140, 0),))
+    configs = [
+        TrainConfig(model="gcn", hidden=64),
+        TrainConfig(model="sage", hidden=32, norm="batch"),
+        TrainConfig(model="gcn", hidden=16, norm="layer", residual=True, input_dropout=0.0),
+        TrainConfig(model="gat", hidden=8, heads=4),
+        TrainConfig(model="sage", hidden=64, compress_fwd="int8", error_feedback=True),
+    ]
+    for shape in (_shape(1), _shape(4), cora):  # cora: the deep phases overtake at ~150
+        for cfg in configs:
+            for layers in (17, 60, 300):
+                deep = replace(cfg, layers=layers)
+                exact = predict(shape, deep, 300 * MIB)[0].total
+                quick = mm.predict_quickly(shape, deep, 300 * MIB)[0]
+                assert 0.99 * exact <= quick.total <= exact, (shape.dataset, cfg, layers)
+                assert "extended to" in quick.phase
+
+
+def test_minibatch_refuses_an_absurd_width(capsys, monkeypatch, small_graph, tmp_path) -> None:
+    import fullgraph.training.plan as plan_mod
+    from fullgraph.datasets.synthetic import write_ogb
+
+    monkeypatch.setattr(plan_mod, "machine_memory_bytes", lambda: 16 * 2**30)
+    write_ogb(small_graph, tmp_path, "g")
+    args = ["minibatch", "--dataset", "g", "--root", str(tmp_path), "--epochs", "1", "--quiet"]
+    assert cli_main([*args, "--hidden", "10000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "memory plan: node 0 (rank 0) would need" in err
+    assert "--hidden" in err and "--memory-check warn" in err
+    assert cli_main([*args, "--hidden", "16"]) == 0
+
+
+def test_node_memory_is_the_cgroup_limit_when_lower(tmp_path: Path) -> None:
+    from fullgraph.resources import _cgroup_limits
+
+    proc = tmp_path / "cgroup"
+    v1 = tmp_path / "fs" / "memory" / "jobs" / "42"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1: no limit
+    (v1.parent / "memory.limit_in_bytes").write_text(f"{8 * 2**30}\n")
+    v2 = tmp_path / "fs" / "user.slice" / "job"
+    v2.mkdir(parents=True)
+    (v2 / "memory.max").write_text("max\n")
+    (v2.parent / "memory.max").write_text(f"{4 * 2**30}\n")
+    proc.write_text("4:memory:/jobs/42\n1:cpu:/\n0::/user.slice/job\nnonsense\n")
+    assert sorted(_cgroup_limits(str(proc), str(tmp_path / "fs"))) == [4 * 2**30, 8 * 2**30]
+    assert _cgroup_limits(str(tmp_path / "missing"), str(tmp_path)) == []

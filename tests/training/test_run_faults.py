@@ -10,7 +10,12 @@ diverged run), nothing overwritten, nothing left behind. Classes:
 - corrupted or unusable checkpoints on ``--resume``;
 - a non-finite loss: training stops, the last good checkpoint is kept;
 - debris: temporaries of killed writers removed, SIGTERM cleaned up like SIGINT;
-- errors every rank raises alike are printed once, by rank 0 (through ``mpirun``).
+- errors every rank raises alike are printed once, by rank 0 (through ``mpirun``);
+- signals, stopped ranks and dead launchers, in training and during start-up: SIGTERM gives its
+  line and status 143 within seconds, a rank stopped before MPI initialisation is named once
+  ``--timeout`` has passed, ``kill -9`` of torchrun or of hydra's proxy ends every rank. These
+  tests wait for a state (a rank process, its SIGTERM handler, an epoch in the log), never for
+  a fixed time, so that a loaded machine does not change what they test.
 """
 
 from __future__ import annotations
@@ -26,7 +31,17 @@ import time
 from pathlib import Path
 
 import pytest
-from mp_utils import mpi_command, one_thread, run_mpi
+from mp_utils import (
+    gone,
+    handles_sigterm,
+    lines_of,
+    mpi_command,
+    one_thread,
+    parent_of,
+    rank_pids,
+    run_mpi,
+    wait_until,
+)
 
 from fullgraph.cli import main as cli_main
 from fullgraph.datasets.ogb_writer import write_ogb
@@ -278,16 +293,32 @@ def test_sigterm_ends_training_cleanly(tmp_path: Path) -> None:
     cmd += ["--checkpoint", str(ckpt), "--checkpoint-every", "1", "--log-json", str(log)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not (ckpt / "checkpoint.pt").exists():
-        time.sleep(0.2)
-    time.sleep(0.5)
+    # training, with a checkpoint written: two epochs logged (each checkpointed before the next)
+    wait_until(lambda: len(lines_of(log)) >= 2 or proc.poll() is not None, 90, "two epochs")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert err.strip().splitlines()[-1] == "fullgraph train: terminated (SIGTERM)", err
     assert not [p for p in tmp_path.rglob(".*tmp-*")]
     assert read_checkpoint_file(ckpt / "checkpoint.pt")["epoch"] >= 1
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_during_start_up_prints_the_line(tmp_path: Path) -> None:
+    """SIGTERM as soon as the process has its handler (it is still importing torch): the same
+    line and status as in training, within seconds."""
+    log = tmp_path / "run.jsonl"
+    cmd = [sys.executable, "-m", "fullgraph.cli", *TRAIN, "--epochs", "100000", "--log-json"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*cmd, str(log)], stderr=subprocess.PIPE, text=True, env=env)
+    wait_until(lambda: handles_sigterm(proc.pid) or proc.poll() is not None, 60, "the handler")
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert time.monotonic() - t0 < 10, err
+    assert err.splitlines() == ["fullgraph train: terminated (SIGTERM)"], err
+    assert not log.exists()  # it was starting: nothing written
 
 
 @pytest.mark.slow
@@ -306,27 +337,100 @@ def test_errors_every_rank_raises_are_printed_once(small_partitions, tmp_path: P
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
 def test_a_signalled_rank_ends_the_whole_job(signum: int, small_partitions, tmp_path) -> None:
     """SIGTERM (handled, like Ctrl-C) or SIGKILL on one rank: every rank ends, none hangs."""
+    log = tmp_path / "run.jsonl"
     args = ["-m", "fullgraph.cli", "train", "--parts", str(small_partitions[2]), "--quiet"]
-    cmd = mpi_command(2, [*args, "--epochs", "1000000"])
+    cmd = mpi_command(2, [*args, "--epochs", "1000000", "--log-json", str(log)])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    ranks: list[int] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(ranks) < 2:
-        found = subprocess.run(["pgrep", "-f", str(small_partitions[2])], capture_output=True)
-        ranks = [int(p) for p in found.stdout.split() if int(p) != proc.pid]
-        time.sleep(0.5)
-    time.sleep(3)  # well into training
-    os.kill(max(ranks), signum)
+    ranks = rank_pids(proc.pid, 2)
+    wait_until(lambda: lines_of(log) or proc.poll() is not None, 120, "the first epoch")
+    os.kill(ranks[1], signum)
     t0 = time.monotonic()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0 and time.monotonic() - t0 < 30, err
     assert "Traceback" not in err, err
     if signum == signal.SIGTERM:
-        assert "terminated (SIGTERM); ending every rank" in err, err
-    survivors = subprocess.run(["pgrep", "-f", str(small_partitions[2])], capture_output=True)
-    assert survivors.stdout.split() == [], "a rank outlived the job"
+        assert "rank 1 terminated (SIGTERM); ending every rank" in err, err
+    wait_until(lambda: all(gone(p) for p in ranks.values()), 10, "every rank to end")
+
+
+def _train_job(parts: Path, *options: str) -> list[str]:
+    return ["train", "--parts", str(parts), "--quiet", "--epochs", "1000000", *options]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("then", ["wait", "sigterm"])
+def test_a_rank_stopped_during_start_up_is_named(then: str, small_partitions) -> None:
+    """Rank 1 stopped as soon as it exists (it is still starting Python): rank 0, waiting in
+    MPI initialisation (native code that no timeout of MPI's bounds), ends once --timeout has
+    passed with one line naming the phase and rank 1; SIGTERM ends it within seconds there."""
+    timeout = 10
+    cmd = mpi_command(2, ["-m", "fullgraph.cli", *_train_job(small_partitions[2])])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*cmd, "--timeout", str(timeout)], stderr=subprocess.PIPE,
+                            text=True, env=env)  # fmt: skip
+    try:
+        ranks = rank_pids(proc.pid, 2)
+        os.kill(ranks[1], signal.SIGSTOP)
+        t0 = time.monotonic()
+        if then == "sigterm":  # once rank 0 has loaded MPI, it is initialising it
+            maps = Path(f"/proc/{ranks[0]}/maps")
+            wait_until(lambda: gone(ranks[0]) or "libmpi" in maps.read_text(), 120, "MPI")
+            os.kill(ranks[0], signal.SIGTERM)
+            t0 = time.monotonic()
+            wait_until(lambda: gone(ranks[0]), 10, "rank 0 to honour SIGTERM")
+        else:
+            wait_until(lambda: gone(ranks[0]), timeout + 60, "rank 0 to end")
+            assert time.monotonic() - t0 >= timeout
+    finally:
+        if not gone(ranks[1]):
+            os.kill(ranks[1], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    if then == "sigterm":
+        assert "terminated (SIGTERM)" in err, err
+    else:
+        expected = (
+            f"fullgraph train: error: rank 0: MPI initialisation did not finish within "
+            f"{timeout} s; rank 1 (pid {ranks[1]}) is stopped"
+        )
+        assert expected in err.splitlines(), err
+    assert "Traceback" not in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
+def test_ranks_end_when_their_launcher_is_killed(launcher: str, small_partitions, tmp_path) -> None:
+    """``kill -9`` of torchrun (the ranks' parent), or of the hydra proxy that mpirun started
+    the ranks under: every rank ends within --timeout (the watchdog sees its parent change)."""
+    log, timeout = tmp_path / "run.jsonl", 10
+    args = _train_job(small_partitions[2], "--timeout", str(timeout), "--log-json", str(log))
+    if launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", "2", "-m", "fullgraph.cli", *args]  # fmt: skip
+    else:
+        cmd = mpi_command(2, ["-m", "fullgraph.cli", *args])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    ranks = rank_pids(proc.pid, 2)
+    try:
+        wait_until(lambda: lines_of(log) or proc.poll() is not None, 120, "the first epoch")
+        assert proc.poll() is None, proc.communicate()[1]
+        launcher_pid = proc.pid if launcher == "torchrun" else parent_of(ranks[0])
+        assert launcher_pid is not None
+        os.kill(launcher_pid, signal.SIGKILL)
+        wait_until(lambda: all(gone(p) for p in ranks.values()), timeout, "the ranks to end")
+    finally:
+        for pid in ranks.values():
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+        _, err = proc.communicate(timeout=60)
+    if launcher == "torchrun":  # (under mpirun the ranks' output went through the proxy)
+        assert f"the launcher that started this rank (torchrun, pid {proc.pid}) is gone" in err
