@@ -89,8 +89,12 @@ def dataset_inputs(name: str, root: str | Path) -> list[Place]:
     Raises:
         DataError: ``name`` is not a plain name (see :func:`check_dataset_name`).
     """
+    from fullgraph.datasets.musae import DIRECTORIES, musae_dataset
+
     d = dataset_dir(root, name)
+    musae = musae_dataset(name)  # read from any of its directories: none may take an output
+    dirs = [d, *(Path(root) / o for o in DIRECTORIES[musae] if o != d.name)] if musae else [d]
     return [
         Place(Path(root), f"--root {root}", "the dataset root", inside_ok=True),
-        Place(d, f"--dataset {name} --root {root}", "the dataset directory"),
+        *(Place(p, f"--dataset {name} --root {root}", "the dataset directory") for p in dirs),
     ]

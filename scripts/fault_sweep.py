@@ -1165,9 +1165,16 @@ def size_cases(tr: list[str]) -> list[Case]:
         for opts in (
             ["--hidden", "10000000"],
             ["--model", "gat", "--heads", "100000"],
-            ["--layers", "100000"],
+            ["--layers", "100000", "--hidden", "256"],
         )
     ] + [
+        Case(
+            "train --layers 100000 (fits at width 16), SIGTERM at 5 s",
+            [fg(*one, "--layers", "100000")],
+            expect="signal",
+            signal=(signal.SIGTERM, 5.0, "main"),
+            timeout=30,
+        ),
         Case(
             "mpirun -n 2 train beyond the node's memory",
             [mpi(2, *tr, "--epochs", "1", "--hidden", "1000000")],

@@ -197,7 +197,8 @@ class TorchCommunicator(Communicator):
         cause = one_line(exc)
         if len(cause) > 300:
             cause = cause[:300] + " ..."
-        if "Ping failed" in cause:  # a server answered, but not with a store's handshake
+        # a server answered, but not with a store's handshake (or dropped the connection)
+        if any(s in cause for s in ("Ping failed", "Broken pipe", "Connection reset")):
             cause += " (something else listens there, not a torch.distributed store)"
         return PeerUnreachable(f"{what} within {self.timeout_s:g} s ({self._where}){who}: {cause}")
 

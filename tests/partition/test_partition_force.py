@@ -159,3 +159,25 @@ def test_a_folder_that_appears_while_writing_is_not_replaced(
         partition_graph(graph, 2, out, force=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert [p.name for p in out.iterdir()] == ["thesis.tex"]
+
+
+def test_out_inside_a_musae_dataset_under_its_distributed_name_is_refused(
+    tmp_path: Path, capsys
+) -> None:
+    """``--dataset github`` reads ``github_musae/`` (the name it is distributed with): an
+    ``--out`` inside that directory is refused like one inside ``github/``."""
+    raw = tmp_path / "ds" / "github_musae" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "edges.csv").write_text(
+        "id_1,id_2\n" + "".join(f"{i},{(i + 1) % 40}\n" for i in range(40))
+    )
+    (raw / "target.csv").write_text(
+        "id,name,ml_target\n" + "".join(f"{i},dev{i},{i % 2}\n" for i in range(40))
+    )
+    before = tree(tmp_path)
+    out = tmp_path / "ds" / "github_musae" / "parts"
+    argv = ["partition", "--dataset", "github", "--root", str(tmp_path / "ds"), "--parts", "2"]
+    assert main([*argv, "--method", "random", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "inside the dataset directory this command reads" in err[0], err
+    assert tree(tmp_path) == before

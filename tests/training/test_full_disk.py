@@ -171,14 +171,17 @@ def test_a_wrong_rendezvous_address_is_one_line(small_partitions, tmp_path: Path
     server.listen(8)
     port = server.getsockname()[1]
 
+    held = []  # an HTTP server answers what it is sent and keeps the connection a while
+
     def answer() -> None:
         while True:
             try:
                 conn, _ = server.accept()
+                conn.recv(64)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
             except OSError:
                 return
-            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
-            conn.close()
+            held.append(conn)
 
     threading.Thread(target=answer, daemon=True).start()
     launch = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
@@ -192,6 +195,8 @@ def test_a_wrong_rendezvous_address_is_one_line(small_partitions, tmp_path: Path
         )  # fmt: skip
     finally:
         server.close()
+        for conn in held:
+            conn.close()
     assert run.returncode == 4, run.stderr
     assert run.stderr.count("\n") == 1 and "frame #" not in run.stderr, run.stderr
     assert f"rendezvous 127.0.0.1:{port}" in run.stderr
