@@ -22,15 +22,13 @@ import numpy as np
 
 from fullgraph.datasets.edges import edges_to_csr
 from fullgraph.datasets.graph import Graph
-from fullgraph.datasets.paths import dataset_dir, raw_dir
+from fullgraph.datasets.paths import DIRECTORIES, dataset_dir, raw_dir
 from fullgraph.datasets.split import per_class_split
 from fullgraph.errors import DataError
 
 log = logging.getLogger(__name__)
 
 _LABEL_COLUMN = {"facebook": "page_type", "github": "ml_target"}
-#: dataset -> its directory names: ours, then the one it is distributed under
-DIRECTORIES = {"facebook": ("facebook", "facebook_page_page"), "github": ("github", "github_musae")}
 
 
 def musae_dataset(name: str) -> str | None:

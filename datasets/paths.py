@@ -45,6 +45,10 @@ def check_dataset_name(name: object) -> str:
     return name
 
 
+#: dataset -> its directory names: ours, then the one it is distributed under (MUSAE's)
+DIRECTORIES = {"facebook": ("facebook", "facebook_page_page"), "github": ("github", "github_musae")}
+
+
 def dataset_dir(root: str | Path, name: str) -> Path:
     """``<root>/<name with - as _>`` (OGB's own directory rule), for a plain ``name`` only.
 
@@ -89,11 +93,10 @@ def dataset_inputs(name: str, root: str | Path) -> list[Place]:
     Raises:
         DataError: ``name`` is not a plain name (see :func:`check_dataset_name`).
     """
-    from fullgraph.datasets.musae import DIRECTORIES, musae_dataset
-
     d = dataset_dir(root, name)
-    musae = musae_dataset(name)  # read from any of its directories: none may take an output
-    dirs = [d, *(Path(root) / o for o in DIRECTORIES[musae] if o != d.name)] if musae else [d]
+    # a dataset read from any of its directories: none of them may take an output
+    names = next((n for n in DIRECTORIES.values() if d.name in n), (d.name,))
+    dirs = [d, *(Path(root) / n for n in names if n != d.name)]
     return [
         Place(Path(root), f"--root {root}", "the dataset root", inside_ok=True),
         *(Place(p, f"--dataset {name} --root {root}", "the dataset directory") for p in dirs),

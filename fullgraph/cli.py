@@ -17,7 +17,7 @@ import sys
 import typing
 from collections.abc import Sequence
 
-from fullgraph.errors import FullgraphError, is_replicated, one_line
+from fullgraph.errors import FullgraphError, is_replicated, one_line, out_of_memory
 from fullgraph.watchdog import Terminated, Watchdog
 
 #: (module, name, summary) of every subcommand, in the order ``--help`` lists them.
@@ -127,6 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (is_replicated(exc) and _launcher_rank() != 0):
             print(f"{label}: error: {one_line(exc)}", file=sys.stderr)
         return code
+    except (MemoryError, RuntimeError) as exc:
+        oom = out_of_memory(exc)
+        if oom is None:
+            raise
+        print(f"{label}: error: {one_line(oom)}", file=sys.stderr)
+        return oom.exit_code
     except Terminated:
         print(f"{label}: terminated (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM

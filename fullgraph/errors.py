@@ -93,6 +93,34 @@ def no_room(exc: BaseException, path: object, kept: str = "") -> OutputError | N
     )
 
 
+class OutOfMemory(FullgraphError):
+    """An allocation failed: the run needs more memory than this process could get (a run
+    started with ``--memory-check warn`` or ``off``, or a plan that fell short)."""
+
+    exit_code = 1
+
+
+#: How torch and the C library say an allocation failed.
+_OOM_TEXTS = ("can't allocate memory", "out of memory", "failed to allocate")
+
+
+def out_of_memory(exc: BaseException) -> OutOfMemory | None:
+    """``exc`` as one line when it is a failed allocation (``MemoryError``, torch's
+    ``DefaultCPUAllocator: can't allocate memory``, CUDA out of memory), else ``None``."""
+    if isinstance(exc, OutOfMemory):
+        return exc
+    text = str(exc)
+    if not isinstance(exc, MemoryError) and not (
+        isinstance(exc, RuntimeError) and any(t in text.lower() for t in _OOM_TEXTS)
+    ):
+        return None
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return OutOfMemory(
+        f"out of memory: {first[:200]}; `fullgraph plan` predicts every rank's peak (use more "
+        f"ranks or a narrower model, or leave --memory-check at refuse)"
+    )
+
+
 def mark_replicated(exc: BaseException) -> BaseException:
     """Mark ``exc`` as raised the same way by every rank, so that only rank 0 prints it.
 

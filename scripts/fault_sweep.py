@@ -1080,7 +1080,7 @@ def second_sweep_cases(tr: list[str]) -> list[Case]:
             needle="notes.jsonl",
         )
     )
-    out += bounded_phase_cases(tr) + size_cases(tr) + clear_error_cases(tr)
+    out += bounded_phase_cases(tr) + size_cases(tr) + oom_cases() + clear_error_cases(tr)
     out.append(
         Case(
             "train --force over its own log and checkpoint (control)",
@@ -1199,6 +1199,24 @@ def size_cases(tr: list[str]) -> list[Case]:
             ],  # fmt: skip
             needle="memory plan",
             timeout=60,
+        ),
+    ]
+
+
+def oom_cases() -> list[Case]:
+    """An allocation that fails (``--memory-check warn`` past the plan, under a 6 GB address
+    space limit so that the machine is not emptied): one line, exit status 1."""
+    if not shutil.which("prlimit"):
+        return []
+    cap = ["prlimit", "--as=6000000000"]
+    run = ["train", "--quiet", "--epochs", "1", "--hidden", "10000000", "--memory-check", "warn"]
+    return [
+        Case(
+            "train out of memory (--memory-check warn)",
+            [[*cap, *fg(*run, "--synthetic", "tiny")]],
+            needle="out of memory",
+            code=1,
+            timeout=120,
         ),
     ]
 
@@ -1337,7 +1355,7 @@ def _error_lines(stderr: str) -> list[str]:
             ("Abort(", "MPICH", "[", "=", "YOUR APPLICATION", "This typically", "Please see")
         ):
             continue
-        if "Warning" in line:
+        if "Warning" in line or ": warning: " in line:
             continue
         keep.append(line)
     return keep

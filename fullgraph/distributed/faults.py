@@ -18,6 +18,7 @@ from fullgraph.errors import (
     is_replicated,
     mark_replicated,
     one_line,
+    out_of_memory,
 )
 
 T = TypeVar("T")
@@ -48,6 +49,7 @@ def abort_job(comm: Communicator, command: str, exc: BaseException) -> None:
     """
     if isinstance(exc, PeerUnreachable) and not exc.speaker:
         time.sleep(QUIET_WAIT_S)
+    exc = out_of_memory(exc) or exc
     if isinstance(exc, FullgraphError | FileExistsError | FileNotFoundError | PermissionError):
         message = f"fullgraph {command}: error: rank {comm.rank}: {one_line(exc)}\n"
         code = exc.exit_code if isinstance(exc, FullgraphError) else 2

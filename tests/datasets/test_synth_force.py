@@ -7,26 +7,18 @@ user's own folder) and its relatives as rows of :data:`REFUSED`; every row, with
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from file_tree import tree
 
 from fullgraph.cli import main
 from fullgraph.datasets import load
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.synthetic import write_ogb
 from fullgraph.errors import ConfigError
-
-
-def tree(root: Path) -> dict[str, str | None]:
-    """Every path under ``root`` (hidden ones too) with its sha256 (``None`` for directories)."""
-    return {
-        str(p.relative_to(root)): None if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-    }
 
 
 @pytest.fixture(scope="module")

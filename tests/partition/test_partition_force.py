@@ -9,26 +9,18 @@ exit 2, one line, every file under the test's directory byte for byte as before.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from file_tree import tree
 
 from fullgraph.cli import main
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.synthetic import write_ogb
 from fullgraph.errors import ConfigError
 from fullgraph.partition import build, partition_graph, verify_partitions
-
-
-def tree(root: Path) -> dict[str, str | None]:
-    """Every path under ``root`` (hidden ones too) with its sha256 (``None`` for directories)."""
-    return {
-        str(p.relative_to(root)): None if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-    }
 
 
 @pytest.fixture(scope="module")

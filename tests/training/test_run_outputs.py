@@ -15,12 +15,12 @@ left empty by an interrupted run).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from file_tree import tree
 from mp_utils import one_thread
 
 from fullgraph.cli import main as cli_main
@@ -40,15 +40,6 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_ogb(graph, base / "data", "tiny")
     partition_graph(graph, 1, base / "p1", method="contiguous")
     return base
-
-
-def tree(*roots: Path) -> dict[str, str | None]:
-    """Every path under ``roots`` (hidden ones too) with its sha256 (``None`` for directories)."""
-    return {
-        str(p): None if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-        for root in roots
-        for p in sorted(root.rglob("*"))
-    }
 
 
 def _cli(argv: list[str], capsys) -> tuple[int, str]:
