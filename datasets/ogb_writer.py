@@ -21,14 +21,22 @@ CSV text is written by pyarrow's multi-threaded CSV writer into a gzip stream at
 from __future__ import annotations
 
 import gzip
-import json
 import logging
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from fullgraph.atomic import OutputKind, atomic_dir, atomic_write_json, holds, is_temporary_name
+from fullgraph.atomic import (
+    OutputKind,
+    atomic_dir,
+    atomic_write_json,
+    holds,
+    is_plain_dir,
+    is_plain_file,
+    is_temporary_name,
+    read_marker,
+)
 from fullgraph.datasets.edges import csr_to_edges, is_symmetric, undirected_edges
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.paths import dataset_dir
@@ -53,30 +61,22 @@ def _is_cache_file(name: str) -> bool:
     return name.endswith(".npy") or name == "key.json"
 
 
-def _is_file(path: Path) -> bool:
-    return path.is_file() and not path.is_symlink()
-
-
-def _is_dir(path: Path) -> bool:
-    return path.is_dir() and not path.is_symlink()
-
-
 def _unexpected_under(entry: Path) -> list[Path]:
     """The paths under ``raw/``, ``split/`` or ``processed/`` that :func:`write_ogb` and the
     reader's cache would not have written (``entry`` itself for any other name)."""
-    if entry.name == "raw" and _is_dir(entry):
-        return [f for f in entry.iterdir() if not (f.name in _RAW_FILES and _is_file(f))]
-    if entry.name not in ("split", "processed") or not _is_dir(entry):
+    if entry.name == "raw" and is_plain_dir(entry):
+        return [f for f in entry.iterdir() if not (f.name in _RAW_FILES and is_plain_file(f))]
+    if entry.name not in ("split", "processed") or not is_plain_dir(entry):
         return [entry]
     kept = (lambda n: n in _SPLIT_FILES) if entry.name == "split" else _is_cache_file
     found: list[Path] = []
     for sub in entry.iterdir():  # split/<scheme>/, processed/<variant>/
         if entry.name == "processed" and is_temporary_name(sub.name):
             continue  # a cache being written (or a dead writer's, removed by the next one)
-        if not _is_dir(sub):
+        if not is_plain_dir(sub):
             found.append(sub)
             continue
-        found.extend(f for f in sub.iterdir() if not (kept(f.name) and _is_file(f)))
+        found.extend(f for f in sub.iterdir() if not (kept(f.name) and is_plain_file(f)))
     return found
 
 
@@ -87,12 +87,7 @@ def _not_written_by_write_ogb(path: Path) -> str | None:
     ``processed/`` of the reader's cache, nothing else."""
     if not path.is_dir():
         return "it is a file" if path.is_file() else "it is not a directory"
-    marker = None
-    if _is_file(path / "meta.json"):
-        try:
-            marker = json.loads((path / "meta.json").read_bytes())
-        except (ValueError, UnicodeDecodeError):
-            marker = None
+    marker = read_marker(path / "meta.json")
     ours = isinstance(marker, dict) and marker.get("format") == MARKER_FORMAT
     entries = sorted(path.iterdir())
     unexpected = []

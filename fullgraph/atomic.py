@@ -259,6 +259,27 @@ class OutputKind:
         raise ConfigError(f"{named} is not {self.noun} written by fullgraph ({reason}); {advice}")
 
 
+def is_plain_file(path: Path) -> bool:
+    """A regular file, not a symbolic link (what a writer of ours leaves)."""
+    return path.is_file() and not path.is_symlink()
+
+
+def is_plain_dir(path: Path) -> bool:
+    """A directory, not a symbolic link to one."""
+    return path.is_dir() and not path.is_symlink()
+
+
+def read_marker(path: Path) -> Any | None:
+    """The JSON in the plain file ``path`` (a writer's ``meta.json``), or ``None`` when it is
+    missing, a link or not JSON (an :class:`OutputKind` recogniser then says it is not ours)."""
+    if not is_plain_file(path):
+        return None
+    try:
+        return json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 def holds(directory: Path, unexpected: Sequence[Path], shown: int = 3) -> str | None:
     """``it holds a, b/ and 2 more`` for the entries of ``directory`` no writer of it made.
 
@@ -275,7 +296,7 @@ def holds(directory: Path, unexpected: Sequence[Path], shown: int = 3) -> str | 
     names = []
     for p in sorted(unexpected)[:shown]:
         rel = str(p.relative_to(directory)) if p != directory else p.name
-        names.append(rel + ("/" if p.is_dir() and not p.is_symlink() else ""))
+        names.append(rel + ("/" if is_plain_dir(p) else ""))
     more = len(unexpected) - len(names)
     listed = ", ".join(names) + (f" and {more} more" if more else "")
     return f"it holds {listed}"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -18,7 +17,15 @@ import numba
 import numpy as np
 from tqdm import tqdm
 
-from fullgraph.atomic import OutputKind, atomic_dir, atomic_write_json, holds
+from fullgraph.atomic import (
+    OutputKind,
+    atomic_dir,
+    atomic_write_json,
+    holds,
+    is_plain_dir,
+    is_plain_file,
+    read_marker,
+)
 from fullgraph.datasets.graph import SPLITS, Graph, first_overlap, split_name
 from fullgraph.errors import DataError, PartitionError
 from fullgraph.partition.assign import assign_parts, check_num_parts
@@ -48,13 +55,7 @@ def _not_a_partition(path: Path) -> str | None:
     """
     if not path.is_dir():
         return "it is a file" if path.is_file() else "it is not a directory"
-    meta = None
-    meta_path = path / META_NAME
-    if meta_path.is_file() and not meta_path.is_symlink():
-        try:
-            meta = json.loads(meta_path.read_bytes())
-        except (ValueError, UnicodeDecodeError):
-            meta = None
+    meta = read_marker(path / META_NAME)
     if not (isinstance(meta, dict) and {"format_version", "num_parts", "files"} <= set(meta)):
         meta = None
     files = meta["files"] if meta is not None and isinstance(meta["files"], dict) else {}
@@ -63,12 +64,12 @@ def _not_a_partition(path: Path) -> str | None:
     for entry in entries:
         if entry.name == META_NAME and meta is not None:
             continue
-        if _PART_DIR.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink():
+        if _PART_DIR.fullmatch(entry.name) and is_plain_dir(entry):
             for f in entry.iterdir():
                 listed = f"{entry.name}/{f.name}" in files or (
                     f.suffix == ".npy" and f.stem in PART_ARRAYS
                 )
-                if not (listed and f.is_file() and not f.is_symlink()):
+                if not (listed and is_plain_file(f)):
                     unexpected.append(f)
             continue
         unexpected.append(entry)

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from fullgraph.atomic import OutputKind, atomic_write_bytes, check_output
+from fullgraph.atomic import OutputKind, atomic_write_bytes, check_output, is_plain_file
 from fullgraph.errors import ConfigError, mark_replicated
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -49,7 +49,7 @@ _LOCK_TEXT = re.compile(rb"(pid \d+ on [^\n]*\n?)?")
 def _not_a_checkpoint(path: Path) -> str | None:
     """``None`` for a file that begins with the checkpoint header (a checkpoint fullgraph
     wrote, whole or not), else why not."""
-    if not path.is_file() or path.is_symlink():
+    if not is_plain_file(path):
         return "it is not a regular file"
     with open(path, "rb") as f:
         head = f.read(len(_MAGIC_ANY_VERSION))
@@ -60,7 +60,7 @@ def _not_a_checkpoint(path: Path) -> str | None:
 
 def _not_a_lock(path: Path) -> str | None:
     """``None`` for an empty file or one holding ``pid N on HOST`` (the lock a run writes)."""
-    if not path.is_file() or path.is_symlink():
+    if not is_plain_file(path):
         return "it is not a regular file"
     with open(path, "rb") as f:
         text = f.read(512)

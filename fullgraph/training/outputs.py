@@ -14,7 +14,13 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
-from fullgraph.atomic import OutputKind, atomic_write_bytes, atomic_write_json, check_output
+from fullgraph.atomic import (
+    OutputKind,
+    atomic_write_bytes,
+    atomic_write_json,
+    check_output,
+    is_plain_file,
+)
 from fullgraph.training.checkpoint import CheckpointDir
 
 #: How a record of the log begins (``json.dumps`` of an epoch's or the final record).
@@ -25,7 +31,7 @@ _LINE_LIMIT = 1 << 20
 def _not_a_log(path: Path) -> str | None:
     """``None`` for a JSON-lines log of epoch records (an empty one too; the last line may be
     cut short by an interruption), else why not."""
-    if not path.is_file() or path.is_symlink():
+    if not is_plain_file(path):
         return "it is not a regular file"
     with open(path, "rb") as f:
         for number, line in enumerate(iter(lambda: f.readline(_LINE_LIMIT), b""), 1):
@@ -45,7 +51,7 @@ def _not_a_log(path: Path) -> str | None:
 
 def _not_a_run_config(path: Path) -> str | None:
     """``None`` for a run's resolved configuration (``{"config": {...}, "data": ...}``)."""
-    if not path.is_file() or path.is_symlink():
+    if not is_plain_file(path):
         return "it is not a regular file"
     try:
         obj = json.loads(path.read_bytes())
