@@ -14,7 +14,7 @@ interleaved call by call, every call after a barrier and from the same input. A 
 the slowest rank's; the table gives the median over the calls, and whether the first result is
 the same bit for bit over the transports.
 
-Usage: ``python bench/allreduce.py [--ranks 2,4] [--transports mpi,gloo] [--calls 200]
+Usage: ``python -m bench.allreduce [--ranks 2,4] [--transports mpi,gloo] [--calls 200]
 [--out bench/results]``. Appends long-format rows to ``OUT/allreduce.csv`` (bench/common.py)
 and prints a table.
 """
@@ -24,16 +24,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CSVWriter
+from bench.child import bench_command, child_env, run_checked
+from bench.common import CSVWriter
 
 BIN = Path(sys.executable).parent
 #: The model whose gradients are reduced: GCN, in 100, hidden 256, out 40, 3 layers.
@@ -101,13 +99,10 @@ def run_ranks(ranks: int, a: argparse.Namespace) -> dict:
     """One ``mpirun -n ranks`` launch of :func:`worker`; its results."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [str(BIN / "mpirun"), "-n", str(ranks), sys.executable, __file__, "--worker"]
+        cmd = [str(BIN / "mpirun"), "-n", str(ranks), *bench_command("allreduce", "--worker")]
         cmd += ["--transports", a.transports, "--calls", str(a.calls), "--warmup", str(a.warmup)]
         cmd += ["--json", str(out)]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-        proc = subprocess.run(cmd, text=True, capture_output=True, env=env)
-        if proc.returncode != 0:
-            raise SystemExit(f"mpirun -n {ranks} failed ({proc.returncode}):\n{proc.stderr}")
+        run_checked(cmd, env=child_env({"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}))
         return json.loads(out.read_text())
 
 

@@ -1,12 +1,15 @@
 """Shared pieces of the benchmarks: long-format CSV rows, machine and revision stamps, timing.
 
-Every benchmark appends rows with the columns of :data:`FIELDS` so that one plotting script
-(`bench/plot.py`) can turn any result file into charts.
+Every benchmark appends rows with the columns of :data:`FIELDS` so that one plotting module
+(``python -m bench.plot FILE.csv``) can turn any result file into charts. Only the standard
+library is imported here: ``bench.gpu_check`` reads the stamps on a machine whose torch may not
+import.
 """
 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 import platform
 import shlex
@@ -15,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import ModuleType
 
 FIELDS = ["what", "provider", "metric", "unit", "x", "y", "ranks", "machine", "git_rev", "command"]
 
@@ -51,9 +55,31 @@ def machine_name() -> str:
     return f"{cpu} x{os.cpu_count()}"
 
 
+def tests_module(name: str) -> ModuleType:
+    """``tests/<name>.py``, imported once as module ``name`` (``tests/`` is not a package; a
+    benchmark uses the tests' helpers without adding ``tests/`` to the import path)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(__file__).resolve().parents[1] / "tests" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve their annotations through sys.modules
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
 def command_line() -> str:
-    """The command that reproduces this run."""
-    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    """The command that reproduces this run: ``python -m bench.NAME ARGS`` for a benchmark
+    started as a module (from the repository root), else ``python SCRIPT ARGS``."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    run = ["-m", spec.name] if spec is not None and spec.name else sys.argv[:1]
+    return shlex.join([Path(sys.executable).name, *run, *sys.argv[1:]])
 
 
 class CSVWriter:

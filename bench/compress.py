@@ -17,7 +17,7 @@ hidden 256 under every codec and seed, each run from the same initial weights as
   wait for the slowest rank stays on a network), no overlap credited. B is nominal here; the
   measured links of ``bench/multinode_compress.py`` carry less.
 
-Usage: ``python bench/compress.py [--datasets arxiv-synth,amazon-computers,coauthor-physics]
+Usage: ``python -m bench.compress [--datasets arxiv-synth,amazon-computers,coauthor-physics]
 [--epochs arxiv-synth=4,amazon-computers=80,coauthor-physics=30] [--seeds 0,1,2]
 [--out bench/results]``. Writes
 ``OUT/compress.csv`` (long format, bench/common.py), ``OUT/compress_accuracy.png`` and
@@ -28,16 +28,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CSVWriter, command_line
-from link_model import LinkRun, projected_epoch_s
+from bench.child import bench_command, child_env, run_checked
+from bench.common import CSVWriter, command_line
+from bench.link_model import LinkRun, projected_epoch_s
+from bench.plot import BarPanel, Bars, LinePanel, Series, save_figure
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -165,17 +164,13 @@ def run_dataset(name: str, parts: Path, a: argparse.Namespace, out: Path) -> lis
     r = RECIPES[name]
     epochs = {k: int(v) for k, v in (e.split("=") for e in a.epochs.split(","))}[name]
     result = out / f"compress-{name}.json"
-    cmd = [str(BIN / "mpirun"), "-n", str(a.ranks), sys.executable, __file__, "--worker"]
+    cmd = [str(BIN / "mpirun"), "-n", str(a.ranks), *bench_command("compress", "--worker")]
     cmd += ["--parts", str(parts), "--result", str(result), "--seeds", a.seeds]
     cmd += ["--configs", a.configs, "--worker-epochs", str(epochs), "--layers", str(r["layers"])]
     cmd += ["--input-dropout", str(r["input_dropout"]), "--lr", str(r["lr"])]
     cmd += ["--eval-every", str(a.eval_every)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, text=True, capture_output=True, env=env)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-        raise SystemExit(f"{name}: worker failed ({proc.returncode})")
+    run_checked(cmd, env=child_env({"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}))
     print(
         f"{name}: {epochs} epochs x {len(a.seeds.split(','))} seeds x configs "
         f"{a.configs} in {time.perf_counter() - t0:.0f} s",
@@ -256,51 +251,42 @@ def projected(compute_fp32: float, m: dict, bytes_per_s: float) -> float:
 
 
 def plot(all_runs: dict[str, list[dict]], out: Path) -> list[Path]:
-    """Accuracy against bytes per step, and projected epoch time per link (one PNG each)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(all_runs)
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
-    fig2, axes2 = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
-    for ax, ax2, name in zip(axes[0], axes2[0], names, strict=True):
+    """Accuracy against bytes per step, and projected epoch time per link (one PNG each, one
+    panel per dataset)."""
+    accuracy, links = [], []
+    for name, runs in all_runs.items():
         by: dict[str, list[dict]] = {}
-        for r in all_runs[name]:
+        for r in runs:
             by.setdefault(r["label"], []).append(r)
-        base = by["fp32"]
-        compute = statistics.mean(r["compute_s"] for r in base)
-        for i, (label, rs) in enumerate(by.items()):
+        compute = statistics.mean(r["compute_s"] for r in by["fp32"])
+        points, bars = [], []
+        for label, rs in by.items():
             mb = statistics.mean(r["halo_bytes"] for r in rs) / 1e6
             acc = [100 * r["test_acc"] for r in rs]
-            ax.errorbar(mb, statistics.mean(acc), yerr=statistics.pstdev(acc), fmt="o", capsize=3)
-            ax.annotate(
-                label,
-                (mb, statistics.mean(acc)),
-                textcoords="offset points",
-                xytext=(4, 4),
-                fontsize=8,
+            sd = statistics.pstdev(acc)
+            points.append(
+                Series(label, [mb], [statistics.mean(acc)], "o", None, yerr=[sd], annotate=True)
             )
             keys = ("codec_s", "max_rank_bytes", "step_s", "compute_s")
             mean = {k: statistics.mean(r[k] for r in rs) for k in keys}
-            times = [projected(compute, mean, bw) for bw in LINKS.values()]
-            width = 0.8 / len(by)
-            ax2.bar([j + i * width for j in range(len(LINKS))], times, width, label=label)
-        ax.set_xscale("log")
-        ax.set_xlabel("halo MB per training step (all ranks)")
-        ax.set_ylabel("test accuracy % (mean ± sd of seeds)")
-        ax.set_title(name)
-        ax2.set_xticks([j + 0.4 - 0.4 / len(by) for j in range(len(LINKS))], list(LINKS))
-        ax2.set_yscale("log")
-        ax2.set_ylabel("projected epoch s (link model v1)")
-        ax2.set_title(name)
-        ax2.legend(fontsize=7)
-    paths = [out / "compress_accuracy.png", out / "compress_links.png"]
-    for f, p in zip((fig, fig2), paths, strict=True):
-        f.tight_layout()
-        f.savefig(p, dpi=110)
-    return paths
+            bars.append(Bars(label, [projected(compute, mean, bw) for bw in LINKS.values()]))
+        accuracy.append(
+            LinePanel(
+                name,
+                points,
+                xlabel="halo MB per training step (all ranks)",
+                ylabel="test accuracy % (mean ± sd of seeds)",
+                logx=True,
+                legend=False,
+            )
+        )
+        links.append(
+            BarPanel(name, list(LINKS), bars, ylabel="projected epoch s (link model v1)", logy=True)
+        )
+    return [
+        save_figure(accuracy, out / "compress_accuracy.png", panel_size=(5.0, 4.0)),
+        save_figure(links, out / "compress_links.png", panel_size=(5.0, 4.0)),
+    ]
 
 
 def main() -> None:

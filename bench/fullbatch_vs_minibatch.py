@@ -17,8 +17,8 @@ final test accuracy of the full-length runs on that dataset), training time only
 evaluations it ran, median epoch time, final test accuracy and peak memory per rank. One chart
 per dataset plots test accuracy against cumulative training time for every run.
 
-    python bench/fullbatch_vs_minibatch.py [--datasets arxiv-synth,coauthor-physics,...]
-    python bench/fullbatch_vs_minibatch.py --datasets products-synth --ranks 4 --hidden 256 \
+    python -m bench.fullbatch_vs_minibatch [--datasets arxiv-synth,coauthor-physics,...]
+    python -m bench.fullbatch_vs_minibatch --datasets products-synth --ranks 4 --hidden 256 \
         --methods full-batch,full-batch unpruned,mini-batch
 """
 
@@ -28,13 +28,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CSVWriter, command_line
+from bench.child import run_checked
+from bench.common import CSVWriter, command_line
+from bench.plot import LinePanel, Series, save_figure
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -125,12 +125,10 @@ def prepare_root(root: Path, names: list[str], synth_root: Path) -> dict[str, Pa
 
 
 def run(cmd: list[str], timeout: float) -> float:
-    """Run ``cmd`` (output to the console's stderr only on failure); return its wall time."""
+    """Run ``cmd`` (its output shown only when it fails, :class:`bench.child.ChildFailed`);
+    return its wall time."""
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        sys.stderr.write(r.stdout[-3000:] + r.stderr[-3000:])
-        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}")
+    run_checked(cmd, timeout=timeout)
     return time.perf_counter() - t0
 
 
@@ -177,24 +175,18 @@ def curve(epochs: list[dict]) -> tuple[list[float], list[float]]:
 
 def plot(dataset: str, runs: dict, target: float, out: Path) -> None:
     """Test accuracy against training time, every (method, P) on one chart."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series = []
     for (method, ranks), (epochs, _) in sorted(runs.items()):
-        xs, ys = curve(epochs)
         style = {"full-batch": "-", "full-batch int8": "-."}.get(method, "--")
-        ax.plot(xs, ys, style, marker=".", label=f"{method}, P={ranks}")
-    ax.axhline(target, color="grey", lw=0.8, ls=":", label=f"target {target:.3f}")
-    ax.set_xlabel("training time (s, evaluation excluded)")
-    ax.set_ylabel("test accuracy")
-    ax.set_title(f"{dataset}: full-batch vs mini-batch GraphSAGE")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+        series.append(Series(f"{method}, P={ranks}", *curve(epochs), style=style, marker="."))
+    panel = LinePanel(
+        f"{dataset}: full-batch vs mini-batch GraphSAGE",
+        series,
+        xlabel="training time (s, evaluation excluded)",
+        ylabel="test accuracy",
+        hlines=[(target, f"target {target:.3f}")],
+    )
+    save_figure([panel], out, dpi=120)
 
 
 def main() -> int:

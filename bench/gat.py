@@ -8,7 +8,7 @@ of ``--epochs`` timed epochs after ``--warmup`` is reported, with the ratio ours
 <= 0.5) and the peak RSS of both processes (as measured, and above the process's RSS before the
 graph was loaded).
 
-Usage: ``python bench/gat.py [--root /tmp/fg-data] [--epochs 5] [--threads 1] [--out
+Usage: ``python -m bench.gat [--root /tmp/fg-data] [--epochs 5] [--threads 1] [--out
 bench/results]``; the graph is generated under ``--root`` when missing. Appends long-format rows
 to ``OUT/gat.csv`` (bench/common.py).
 """
@@ -16,22 +16,20 @@ to ``OUT/gat.csv`` (bench/common.py).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
-import time
+from functools import partial
 from pathlib import Path
+
+from bench import pyg_baseline
+from bench.child import bench_command, child_env, emit_result, run_child
+from bench.common import CSVWriter, setup_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN, HEADS, LAYERS, DROPOUT = 64, 4, 3, 0.5
 
 
 def worker_ours(a: argparse.Namespace) -> None:
-    """Time our GAT train step on the whole graph; print a ``RESULT`` JSON line."""
-    from common import setup_threads  # sibling module (bench/ is on sys.path)
-
+    """Time our GAT train step on the whole graph; print the ``RESULT`` line."""
     from fullgraph.datasets.registry import load
     from fullgraph.distributed import Communicator
     from fullgraph.partition import whole_graph_part
@@ -62,64 +60,27 @@ def worker_ours(a: argparse.Namespace) -> None:
         "peak_rss_mb": peak_rss_mb(),
         "base_rss_mb": base_rss,
     }
-    print("RESULT " + json.dumps(res), flush=True)
+    emit_result(res)
 
 
 def worker_pyg(a: argparse.Namespace) -> None:
-    """Time the same model built from PyG ``GATConv`` layers; print a ``RESULT`` JSON line."""
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-    from common import setup_threads  # sibling module (bench/ is on sys.path)
-    from torch_geometric.nn import GATConv
-
-    from fullgraph.datasets.registry import load
-    from fullgraph.resources import current_rss_mb, peak_rss_mb
-
-    setup_threads(a.threads)
-    base_rss = current_rss_mb()
-    g = load(a.dataset, a.root)
-    rows = np.repeat(np.arange(g.num_nodes, dtype=np.int64), np.diff(g.indptr))
-    edge_index = torch.from_numpy(np.stack([g.indices.astype(np.int64), rows]))
-    x, y = torch.from_numpy(g.x), torch.from_numpy(g.y)
-    train = torch.from_numpy(g.train_mask)
-    torch.manual_seed(0)
-    dims = [g.num_features] + [HIDDEN * HEADS] * (LAYERS - 1)
-    convs = torch.nn.ModuleList(GATConv(d, HIDDEN, heads=HEADS, dropout=DROPOUT) for d in dims[:-1])
-    convs.append(GATConv(dims[-1], g.num_classes, heads=1, concat=False, dropout=DROPOUT))
-    opt = torch.optim.Adam(convs.parameters(), lr=0.01, weight_decay=5e-4)
-    times = []
-    for epoch in range(a.warmup + a.epochs):
-        t0 = time.perf_counter()
-        convs.train()
-        opt.zero_grad()
-        h = F.dropout(x, DROPOUT, training=True)
-        for i, conv in enumerate(convs):
-            h = conv(h, edge_index)
-            if i < len(convs) - 1:
-                h = F.dropout(F.relu(h), DROPOUT, training=True)
-        F.cross_entropy(h[train], y[train]).backward()
-        opt.step()
-        if epoch >= a.warmup:
-            times.append(time.perf_counter() - t0)
-    res = {
-        "step_s": statistics.median(times),
-        "peak_rss_mb": peak_rss_mb(),
-        "base_rss_mb": base_rss,
-    }
-    print("RESULT " + json.dumps(res), flush=True)
-
-
-def _run(cmd: list[str], env: dict) -> dict:
-    print("  $ " + " ".join(cmd), flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        sys.exit(f"benchmark step failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    res = json.loads(lines[-1][7:])
-    print(f"    {time.perf_counter() - t0:.0f} s: {res}", flush=True)
-    return res
+    """Time the same model built from PyG ``GATConv`` layers; print the ``RESULT`` line."""
+    build = partial(
+        pyg_baseline.gat_layers, hidden=HIDDEN, heads=HEADS, layers=LAYERS, dropout=DROPOUT
+    )
+    res = pyg_baseline.measure(
+        a.dataset,
+        a.root,
+        a.threads,
+        build,
+        adjacency="edge_index",
+        dropout=DROPOUT,
+        input_dropout=DROPOUT,
+        weight_decay=5e-4,
+        warmup=a.warmup,
+        epochs=a.epochs,
+    )
+    emit_result(res)
 
 
 def _ensure_data(root: str, dataset: str, preset: str) -> None:
@@ -149,18 +110,20 @@ def main() -> None:
         return worker_ours(a)
     if a.worker == "pyg":
         return worker_pyg(a)
-    from common import CSVWriter  # sibling module (bench/ is on sys.path)
-
     _ensure_data(a.root, a.dataset, a.preset)
-    py = [sys.executable, str(Path(__file__).resolve())]
     common = ["--root", a.root, "--dataset", a.dataset, "--threads", str(a.threads)]
     common += ["--epochs", str(a.epochs), "--warmup", str(a.warmup)]
-    env = {
-        "OMP_WAIT_POLICY": "PASSIVE",
-        "OMP_NUM_THREADS": str(a.threads),
-        "THP_MEM_ALLOC_ENABLE": "1",
+    env = child_env(
+        {
+            "OMP_WAIT_POLICY": "PASSIVE",
+            "OMP_NUM_THREADS": str(a.threads),
+            "THP_MEM_ALLOC_ENABLE": "1",
+        }
+    )
+    runs = {
+        name: run_child(bench_command("gat", "--worker", name, *common), env=env, echo=True)
+        for name in ("pyg", "ours")
     }
-    runs = {name: _run([*py, "--worker", name, *common], env) for name in ("pyg", "ours")}
     ratio = runs["ours"]["step_s"] / runs["pyg"]["step_s"]
     writer = CSVWriter(Path(a.out) / "gat.csv")
     what = f"gat {LAYERS}x{HIDDEN}x{HEADS} epoch, {a.dataset}"
@@ -182,5 +145,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     main()

@@ -4,15 +4,16 @@ Each :class:`Step` is one command with a time budget and, where the issue gives 
 The driver runs them in order (a few in the background, beside the others), ends a step's whole
 process group when its budget is spent, records every failure and goes on; at the end it prints
 one summary table and writes it to ``OUT/gpu_check.csv``, ``.json`` and ``.md``
-(``OUT/gpu_check.log`` holds every step's output; bench/gpu_check_report.py). The driver itself
-imports nothing beyond the standard library, so that it reports even when the machine's packages
-do not import; the steps' own commands besides fullgraph's are in bench/gpu_check_commands.py.
+(``OUT/gpu_check.log`` holds every step's output; :mod:`bench.gpu_check_report`). The driver
+itself imports nothing beyond the standard library, so that it reports even when the machine's
+packages do not import; the steps' own commands besides fullgraph's are in
+:mod:`bench.gpu_check_commands`. Every command runs in the repository root.
 
     bash bench/gpu_check.sh [OUT_DIR]                # on the lent machine (default $OUT)
     GPU_CHECK_DRY=1 bash bench/gpu_check.sh DIR      # no GPU: the same steps on the CPU, tiny graph
     GPU_CHECK_ONLY=spmm-products,train-gcn bash bench/gpu_check.sh   # some steps (+ what they need)
-    python bench/gpu_check.py list                   # the steps, their budgets and targets
-    python bench/gpu_check.py fill-doc OUT/gpu_check.json    # docs/kernels.md's GPU section
+    python -m bench.gpu_check list                   # the steps, their budgets and targets
+    python -m bench.gpu_check fill-doc OUT/gpu_check.json    # docs/kernels.md's GPU section
 
 Dry run (``--dry``): every command runs as it would on the GPU, with ``--device cpu`` (``nccl``
 becomes ``gloo``), the tiny graph instead of the products-size one and fewer feature widths and
@@ -40,10 +41,11 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
+# both import the standard library only
+from bench.common import git_revision, machine_name
+from bench.gpu_check_report import OK, fill_doc, write_summary
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-from common import git_revision, machine_name  # noqa: E402  (stdlib only, like the two below)
-from gpu_check_report import OK, fill_doc, write_summary  # noqa: E402
 
 #: One lent call runs at most 10 minutes: no step starts later than this, so the summary comes.
 DEADLINE_S = 540
@@ -195,7 +197,7 @@ def plan(s: Settings) -> list[Step]:
         "collect": "--collect-only" if dry else "",
         "exact": f"--model gcn --layers 3 --hidden 64 --dropout 0.5 --epochs {EXACT_EPOCHS} "
         "--threads 2 --quiet --force",
-        "kernels": f"{py} bench/kernels.py --device {s.device} --no-variants --features {widths} "
+        "kernels": f"{py} -m bench.kernels --device {s.device} --no-variants --features {widths} "
         f"--rounds {rounds} --budget {budget} --threads {threads}",
         "train": f"--no-verify --device {s.device} --layers 3 --hidden 256 --dropout 0.5 "
         f"--epochs {epochs} --eval-every {epochs} --force",
@@ -211,11 +213,11 @@ def plan(s: Settings) -> list[Step]:
     spmm_target = ">= 1.0x cuSPARSE, >= 70% of HBM"
     return [
         Step("env", "interpreter, torch, Triton, CUDA device, nvidia-smi",
-             cmd("{py} bench/gpu_check_commands.py env --json {work}/env.json {cuda}"), 20,
+             cmd("{py} -m bench.gpu_check_commands env --json {work}/env.json {cuda}"), 20,
              target="torch sees a CUDA device"),
         Step("install", "fullgraph importable from this checkout: else pip install --no-deps "
              "--no-build-isolation -e ., else a finder on PYTHONPATH",
-             cmd("{py} bench/gpu_check_commands.py install --work {work}"), 25),
+             cmd("{py} -m bench.gpu_check_commands install --work {work}"), 25),
         Step("tiny-graph", "tiny synthetic graph on disk (fullgraph data synth)",
              cmd("{fg} data synth --preset tiny --name tiny-synth --root {data} --force"), 15,
              needs=("install",)),
@@ -224,7 +226,7 @@ def plan(s: Settings) -> list[Step]:
              needs=("tiny-graph",)),
         Step("big-graph", f"{big}-size graph generated in memory, written as a one-part "
              "contiguous partition (no text layout, no METIS)",
-             cmd("{py} bench/gpu_check_commands.py make-parts --preset {big} --out {big1}"), 150,
+             cmd("{py} -m bench.gpu_check_commands make-parts --preset {big} --out {big1}"), 150,
              needs=("install",), background=True),
         Step("kernel-tests", "kernel tests on CUDA, Triton compiled (not interpreted)",
              cmd("{py} -m pytest -q -p no:cacheprovider --timeout 60 --junitxml {xml} {collect} "
@@ -248,7 +250,7 @@ def plan(s: Settings) -> list[Step]:
              figures=partial(vs_cpu, runs("nccl-1rank.jsonl"))),
         Step("nccl-collectives", "NCCL all-reduce, all-to-all and all-gather on the world-size-1 "
              "group fullgraph's nccl communicator builds (its own collectives short-cut at size 1)",
-             cmd("{py} bench/gpu_check_commands.py collectives --transport {nccl}"), 20,
+             cmd("{py} -m bench.gpu_check_commands collectives --transport {nccl}"), 20,
              target="every collective returns its input", needs=("install",)),
         Step("gloo-2ranks", "2 ranks on the one GPU (torchrun, gloo moving CUDA tensors): "
              "halo rows and halo gradients exchanged as device tensors between ranks",
@@ -636,7 +638,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def step_record(step: Step, r: Result) -> dict:
-    """One step of the summary document (bench/gpu_check_report.py)."""
+    """One step of the summary document (:mod:`bench.gpu_check_report`)."""
     return {
         "name": step.name,
         "what": step.what,

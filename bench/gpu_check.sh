@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one-call GPU check for a session lent a GPU: the steps, their budgets and targets are data
-# in bench/gpu_check.py (`python3 bench/gpu_check.py list`); docs/kernels.md, "GPU", lists them.
+# in bench/gpu_check.py (`python3 -m bench.gpu_check list`); docs/kernels.md, "GPU", lists them.
 # Every step is bounded, a failing step does not stop the others, and the summary table ends the
 # output and is written to OUT_DIR/gpu_check.{csv,json,md,log} (+ kernels_*.csv).
 #
@@ -21,4 +21,4 @@ if ! command -v "$PY" >/dev/null 2>&1; then
 fi
 args=(run --out "$OUT_DIR" --python "$PY")
 [[ "${GPU_CHECK_DRY:-0}" == 1 ]] && args+=(--dry)
-PYTHONUNBUFFERED=1 exec "$PY" bench/gpu_check.py "${args[@]}"
+PYTHONUNBUFFERED=1 exec "$PY" -m bench.gpu_check "${args[@]}"

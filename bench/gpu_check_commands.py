@@ -1,9 +1,9 @@
 """The commands of bench/gpu_check.py's steps other than fullgraph's own, for the machine's Python.
 
-    python bench/gpu_check_commands.py env --json FILE [--require-cuda]   # versions, the device
-    python bench/gpu_check_commands.py install --work DIR     # fullgraph importable, no network
-    python bench/gpu_check_commands.py make-parts --preset products --out DIR   # no METIS
-    python bench/gpu_check_commands.py collectives --transport nccl   # NCCL on a world of one
+    python -m bench.gpu_check_commands env --json FILE [--require-cuda]   # versions, the device
+    python -m bench.gpu_check_commands install --work DIR     # fullgraph importable, no network
+    python -m bench.gpu_check_commands make-parts --preset products --out DIR   # no METIS
+    python -m bench.gpu_check_commands collectives --transport nccl   # NCCL on a world of one
 
 Each imports torch or fullgraph inside, so that the driver (which imports neither) reports
 whatever goes wrong here as the step's failure.

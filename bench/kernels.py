@@ -18,11 +18,11 @@ time, over HBM on CUDA or STREAM triad on the CPU), forward and forward+backward
 Timing: providers run interleaved, round by round, and the minimum over rounds is compared
 (the machine is shared; ratios are taken within one run). Output buffers: every provider
 allocates its own output; glibc is told (``MALLOC_*`` variables, set by re-executing this
-script) to keep freed memory, so no provider pays fresh page faults after warm-up.
+module) to keep freed memory, so no provider pays fresh page faults after warm-up.
 
-    python bench/kernels.py                      # CPU, both graphs, writes bench/results/
-    python bench/kernels.py --device cuda --graphs arxiv --features 128
-    python bench/kernels.py --device cuda --graphs parts/products-1   # a one-part partition
+    python -m bench.kernels                      # CPU, both graphs, writes bench/results/
+    python -m bench.kernels --device cuda --graphs arxiv --features 128
+    python -m bench.kernels --device cuda --graphs parts/products-1   # a one-part partition
 """
 
 from __future__ import annotations
@@ -37,9 +37,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CSVWriter
-
+from bench.child import bench_command, child_env
+from bench.common import CSVWriter
 from fullgraph.kernels import CSRMatrix, spmm
 from fullgraph.kernels.spmm import SpmmFunction
 from fullgraph.kernels.spmm_cpu import DEFAULT_CPU_IMPL, spmm_embedding_bag, spmm_numba
@@ -62,7 +61,7 @@ def load_graph(which: str, data_root: Path) -> tuple[str, np.ndarray, np.ndarray
       ``fullgraph data synth --name <preset>-synth`` wrote it there, else generated in memory
       (same seed, same graph);
     - a partition directory of one part (``meta.json``, ``part-0/``): its local CSR, which is the
-      whole graph (``bench/gpu_check_commands.py make-parts`` writes one, no text layout);
+      whole graph (``python -m bench.gpu_check_commands make-parts`` writes one, no text layout);
     - a dataset name in ../shared/datasets, read in place (the loaders never write beside the
       data they read).
     """
@@ -313,7 +312,7 @@ def bench_graph(name, A, args, device, csv, stream_bw, summary) -> None:
         best_cpu = {
             m: Best({k: min(c for _, c in ts) for k, ts in t.items()}) for m, t in res.items()
         }
-        for mode, b in best.items():  # the figures bench/gpu_check.py reads
+        for mode, b in best.items():  # the figures bench.gpu_check reads
             sparse = b.best_of(SPARSE_MM)
             csv.write(
                 f"spmm-{name}-{mode}", "ours", "speedup_vs_sparse_mm", "x", nf, sparse / b["ours"]
@@ -494,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.features = [int(f) for f in args.features.split(",")]
     if args.device == "cpu" and any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_ENV})
+        again = bench_command("kernels", *sys.argv[1:])
+        os.execve(again[0], again, child_env(MALLOC_ENV))
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     csv = CSVWriter(args.out)
@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         if which != "arxiv" and device.type == "cpu" and not args.no_variants:
             bench_variants(name, A, args, csv, stream_bw)
     report_targets(summary, device, stream_bw)
-    print(f"\nrows appended to {args.out}; plot: python bench/plot.py {args.out}")
+    print(f"\nrows appended to {args.out}; plot: python -m bench.plot {args.out}")
     print("reproduce: " + csv.command)
     return 0
 

@@ -2,10 +2,10 @@
 
 For every case (a partition directory and a model), in one run:
 
-- the prediction: :func:`fullgraph.training.memory_model.predict` from the partition's
+- the prediction: :func:`fullgraph.memory.model.predict` from the partition's
   ``meta.json``, with the process floor measured in this process
-  (:func:`~fullgraph.training.memory_model.measure_floor`, as ``fullgraph plan`` does);
-- the measurement: ``mpirun -n P python bench/memory_model.py --wrap -- fullgraph train
+  (:func:`~fullgraph.memory.model.measure_floor`, as ``fullgraph plan`` does);
+- the measurement: ``mpirun -n P python -m bench.memory_model --wrap -- fullgraph train
   --parts DIR --model M --layers L --hidden H --epochs E``, where every rank's wrapper reports
   the peak resident memory of its ``fullgraph train`` (``getrusage(RUSAGE_CHILDREN)``).
 
@@ -13,7 +13,7 @@ Products-size cases run under ``flock /tmp/fullgraph-bigjob.lock`` (one big job 
 shared machine). Writes ``OUT/memory_model.csv`` (long format, ``bench/common.py``) and prints
 one line per rank: predicted, measured, measured / predicted (target within 0.85-1.15).
 
-Usage: ``python bench/memory_model.py --parts-root /tmp/fg-data/parts --cases arxiv-2,arxiv-4
+Usage: ``python -m bench.memory_model --parts-root /tmp/fg-data/parts --cases arxiv-2,arxiv-4
 --models sage,gcn --epochs 2``.
 """
 
@@ -27,8 +27,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.child import bench_command, run_checked
+from bench.common import CSVWriter
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 LOCK = "/tmp/fullgraph-bigjob.lock"
 #: Parts with more stored edges than this run under the machine-wide lock.
 BIG_EDGES = 10_000_000
@@ -47,14 +49,12 @@ def measure(parts: Path, ranks: int, train_args: list[str], big: bool) -> dict[i
     """Peak RSS (MiB) of every rank of one ``fullgraph train`` run."""
     venv = Path(sys.executable).parent
     mpirun = str(venv / "mpirun") if (venv / "mpirun").exists() else "mpirun"
-    cmd = [mpirun, "-n", str(ranks), sys.executable, __file__, "--wrap", "--",
+    cmd = [mpirun, "-n", str(ranks), *bench_command("memory_model", "--wrap", "--"),
            str(venv / "fullgraph"), "train", "--parts", str(parts), *train_args]  # fmt: skip
     if big:
         cmd = ["flock", LOCK, *cmd]
     print("  $ " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    proc = run_checked(cmd)
     # ranks write to one pipe: a PEAK record may share a line with another rank's output
     return {int(r): int(kib) / 1024 for r, kib in re.findall(r"PEAK (\d+) (\d+)", proc.stdout)}
 
@@ -75,11 +75,9 @@ def main() -> None:
     if a.wrap:
         sys.exit(wrap(rest[1:] if rest[:1] == ["--"] else rest))
 
-    from common import CSVWriter
-
+    from fullgraph.memory.model import GraphShape, measure_floor, predict
     from fullgraph.partition import read_meta
     from fullgraph.training.config import TrainConfig
-    from fullgraph.training.memory_model import GraphShape, measure_floor, predict
 
     writer = CSVWriter(Path(a.out) / "memory_model.csv")
     floors: dict[tuple[str, int, int], int] = {}

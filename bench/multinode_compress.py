@@ -1,7 +1,7 @@
 """Compressed halos measured over real links: P=4 across namespaces, against the link model.
 
 docs/compression.md projected the epoch time of each halo codec on a link of bandwidth B from
-a one-node run (:func:`link_model.projected_epoch_s`, the ``model0`` figure here). This
+a one-node run (:func:`bench.link_model.projected_epoch_s`, the ``model0`` figure here). This
 benchmark measures it: arxiv-synth in 4 METIS parts, GCN 3 layers hidden 256 (the recipe of
 ``bench/compress.py``), 4 ranks x 1 thread, ``--transport mpi``, laid out as 2 nodes x 2 ranks
 and 4 nodes x 1 rank of ``scripts/netns-cluster.sh``, links shaped to 1, 10 and 25 Gbit/s,
@@ -14,7 +14,7 @@ then off, repeated), the median over the repetitions of:
   exchange completes before anything else runs): what the exchanges cost;
 - ``wait_s``: the same with the overlap on; ``hidden`` = 1 - wait_s / exchange_s, the share
   of the exchange the inner aggregation hides;
-- ``model0_s`` / ``model_s``: the projections (:mod:`link_model`) of the old model and of the
+- ``model0_s`` / ``model_s``: the projections (:mod:`bench.link_model`) of the old model and of the
   corrected one from the one-node run (4 ranks in one namespace, shared memory) and the link
   rate measured between two nodes (a TCP stream, ``link_gbps`` rows).
 
@@ -24,7 +24,7 @@ Writes ``OUT/multinode_compress.csv`` (long format, bench/common.py) and
 
 Usage (root; about 15 minutes here for arxiv-synth)::
 
-    python bench/multinode_compress.py [--parts /tmp/fg-data/parts/arxiv-4] [--reps 3]
+    python -m bench.multinode_compress [--parts /tmp/fg-data/parts/arxiv-4] [--reps 3]
         [--rates 1gbit,10gbit,25gbit] [--layouts 2x2,4x1] [--codecs fp32,int8,...]
         [--one-node both|before] [--out bench/results]
 
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -45,11 +44,14 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from common import CSVWriter, command_line
-from link_model import LinkRun, fit_report, projected_epoch_s, projected_exchange_s
-from netns_cluster import NetnsCluster, cannot_make_namespaces
+from bench.child import bench_command, child_env, run_checked
+from bench.common import CSVWriter, command_line, tests_module
+from bench.link_model import LinkRun, fit_report, projected_epoch_s, projected_exchange_s
+from bench.plot import BarPanel, Bars, Marks, save_figure
+
+#: The namespace cluster of the tests (tests/netns_cluster.py).
+_netns = tests_module("netns_cluster")
+NetnsCluster, cannot_make_namespaces = _netns.NetnsCluster, _netns.cannot_make_namespaces
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -201,24 +203,23 @@ def rss_sampler(pattern: str, stop: threading.Event, peak: list[float]) -> None:
 
 def launch(cmd: list[str], result: Path, what: str) -> list[dict]:
     """Run one benchmark launch; its worker's results."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    env = child_env({"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"})
     stop, peak = threading.Event(), [0.0]
     sampler = threading.Thread(target=rss_sampler, args=(str(result), stop, peak), daemon=True)
     sampler.start()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    stop.set()
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
-        raise SystemExit(f"{what}: worker failed ({proc.returncode})")
+    try:
+        run_checked(cmd, env=env)
+    finally:
+        stop.set()
     print(f"{what}: {time.perf_counter() - t0:.0f} s, peak RSS over ranks {peak[0]:.1f} GiB",
           flush=True)  # fmt: skip
     return json.loads(result.read_text())
 
 
 def worker_argv(a: argparse.Namespace, result: Path) -> list[str]:
-    return [sys.executable, __file__, "--worker", "--parts", a.parts, "--reps", str(a.reps),
-            "--codecs", a.codecs, "--result", str(result)]  # fmt: skip
+    return bench_command("multinode_compress", "--worker", "--parts", a.parts, "--reps",
+                         str(a.reps), "--codecs", a.codecs, "--result", str(result))  # fmt: skip
 
 
 def main() -> None:
@@ -403,39 +404,32 @@ def dataset_of(parts: str) -> str:
 def plot(table: list[dict], path: Path, dataset: str = "arxiv-synth") -> Path:
     """Top: epoch time per codec and link, one panel per layout; bottom: the time blocked in
     exchanges with the overlap off. Bars measured, ``o`` model v1, ``x`` the old model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     layouts = sorted({r["layout"] for r in table})
     rates = list(dict.fromkeys(r["rate"] for r in table))
-    fig, axes = plt.subplots(2, len(layouts), figsize=(7 * len(layouts), 8), squeeze=False)
-    panels = (("epoch_s", "model_s", "model0_s", "epoch s"),
-              ("blocked_s", "model_blocked_s", "model0_blocked_s",
-               "blocked in exchanges, overlap off, s"))  # fmt: skip
     labels = list(dict.fromkeys(r["codec"] for r in table))
-    width = 0.8 / len(labels)
-    for row_axes, (measured, model, old, ylabel) in zip(axes, panels, strict=True):
-        for ax, layout in zip(row_axes, layouts, strict=True):
+    rows = (("epoch_s", "model_s", "model0_s", "epoch s"),
+            ("blocked_s", "model_blocked_s", "model0_blocked_s",
+             "blocked in exchanges, overlap off, s"))  # fmt: skip
+    panels = []
+    for measured, model, old, ylabel in rows:
+        for layout in layouts:
             cell = {(r["rate"], r["codec"]): r for r in table if r["layout"] == layout}
-            for i, label in enumerate(labels):
-                xs = [j + i * width for j in range(len(rates))]
+            bars = []
+            for label in labels:
                 mine = [cell[(rt, label)] for rt in rates]
-                bars = ax.bar(xs, [r[measured] for r in mine], width, label=label)
-                color = bars[0].get_facecolor()
-                ax.plot(xs, [r[old] for r in mine], "x", color="k", ms=5)
-                ax.plot(xs, [r[model] for r in mine], "o", mfc="none", color=color, ms=6)
-            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rates))], rates)
-            ax.set_ylabel(f"{ylabel} (bars measured, o model, x old)", fontsize=8)
-            if measured == "blocked_s":
-                ax.set_yscale("log")
-            ax.set_title(f"{dataset} P=4 as {layout} (nodes x ranks), mpi, 1 thread/rank",
-                         fontsize=9)  # fmt: skip
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+                marks = [Marks([r[old] for r in mine], "x", color="k", size=5),
+                         Marks([r[model] for r in mine], "o", hollow=True)]  # fmt: skip
+                bars.append(Bars(label, [r[measured] for r in mine], marks))
+            panels.append(
+                BarPanel(
+                    f"{dataset} P=4 as {layout} (nodes x ranks), mpi, 1 thread/rank",
+                    rates,
+                    bars,
+                    ylabel=f"{ylabel} (bars measured, o model, x old)",
+                    logy=measured == "blocked_s",
+                )
+            )
+    return save_figure(panels, path, ncols=len(layouts), panel_size=(7.0, 4.5))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ Two measurements, one process, the whole graph, the same threads:
 (b) accuracy: each variant trained for ``--train-epochs`` epochs (one after another), best
     validation accuracy and the test accuracy at that epoch.
 
-Usage: ``python bench/norm.py --root DIR [--dataset arxiv-synth] [--rounds 10]
+Usage: ``python -m bench.norm --root DIR [--dataset arxiv-synth] [--rounds 10]
 [--train-epochs 200] [--with-eval] [--out bench/results]``. Writes ``OUT/norm.csv`` (long format,
 bench/common.py). A missing arxiv-synth is generated under ``--root`` first.
 """
@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import CSVWriter
+from bench.common import CSVWriter, setup_threads
 
 VARIANTS = ("none", "batch", "layer")
 
@@ -82,8 +79,6 @@ def main() -> None:
     )
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     a = ap.parse_args()
-
-    from common import setup_threads  # sibling module (bench/ is on sys.path)
 
     setup_threads(a.threads)  # the environment and allocator `fullgraph train` uses
     part = load_part(a.root, a.dataset)

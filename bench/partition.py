@@ -9,22 +9,21 @@ Rows go to ``bench/results/partition.csv`` (long format, ``bench/common.py``) an
 
 Usage::
 
-    python bench/partition.py --dataset arxiv-synth --root /tmp/fg-data          # P = 2, 4, 8
-    python bench/partition.py --products --dataset products-synth --root /tmp/fg-data
+    python -m bench.partition --dataset arxiv-synth --root /tmp/fg-data          # P = 2, 4, 8
+    python -m bench.partition --products --dataset products-synth --root /tmp/fg-data
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CSVWriter, command_line
+from bench.child import bench_command, emit_result, run_checked, run_child
+from bench.common import CSVWriter, command_line
+from bench.plot import LinePanel, Series, save_figure
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -41,7 +40,7 @@ METRICS = [
 
 
 def worker(args: argparse.Namespace) -> None:
-    """Load, partition into a temporary directory, print one JSON line of results."""
+    """Load, partition into a temporary directory, print the ``RESULT`` line."""
     from fullgraph.datasets import load
     from fullgraph.partition import partition_graph
     from fullgraph.resources import peak_rss_mb
@@ -65,14 +64,13 @@ def worker(args: argparse.Namespace) -> None:
         "num_edges": meta["num_edges"],
         **{f"imbalance_{k}": v for k, v in rep["imbalance"].items()},
     }
-    print("RESULT " + json.dumps(result))
+    emit_result(result)
 
 
 def run_one(args: argparse.Namespace, method: str, parts: int) -> dict:
-    """Run :func:`worker` in a fresh interpreter and parse its result line."""
-    cmd = [
-        sys.executable,
-        __file__,
+    """Run :func:`worker` in a fresh interpreter; its result."""
+    cmd = bench_command(
+        "partition",
         "--worker",
         "--dataset",
         args.dataset,
@@ -84,23 +82,13 @@ def run_one(args: argparse.Namespace, method: str, parts: int) -> dict:
         str(args.seed),
         "--parts-one",
         str(parts),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{method} P={parts} failed:\n{done.stderr[-3000:]}")
-    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT ") :])
+    )
+    return run_child(cmd)
 
 
 def plot(results: dict, what: str, path: Path) -> None:
     """Four panels against P: halo rows, worst imbalance, time, peak RSS; one line per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
-    panels = [
+    figures = [
         ("total halo rows (per layer)", lambda r: r["rows_exchanged_per_layer"]),
         (
             "worst imbalance (nodes/train/edges)",
@@ -109,17 +97,21 @@ def plot(results: dict, what: str, path: Path) -> None:
         ("partition time (s)", lambda r: r["seconds"]),
         ("peak RSS incl. load (MiB)", lambda r: r["peak_rss_mb"]),
     ]
-    for ax, (title, get) in zip(axes, panels, strict=True):
-        for method, by_p in results.items():
-            ps = sorted(by_p)
-            ax.plot(ps, [get(by_p[p]) for p in ps], marker="o", label=method)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("parts P")
-        ax.set_xticks(sorted({p for by_p in results.values() for p in by_p}))
-    axes[0].legend()
-    fig.suptitle(what)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    ticks = sorted({p for by_p in results.values() for p in by_p})
+    panels = [
+        LinePanel(
+            title,
+            [
+                Series(m, sorted(by_p), [get(by_p[p]) for p in sorted(by_p)])
+                for m, by_p in results.items()
+            ],
+            xlabel="parts P",
+            xticks=ticks,
+            legend=i == 0,
+        )
+        for i, (title, get) in enumerate(figures)
+    ]
+    save_figure(panels, path, panel_size=(4.0, 3.8), title=what)
 
 
 def main() -> None:
@@ -154,7 +146,7 @@ def main() -> None:
     # Load once first so that the dataset's processed cache exists and every run below
     # measures the same (cached) load, not the first CSV parse.
     warm = f"from fullgraph.datasets import load; load({args.dataset!r}, {str(args.root)!r})"
-    subprocess.run([sys.executable, "-c", warm], check=True, capture_output=True)
+    run_checked([sys.executable, "-c", warm])
     results: dict[str, dict[int, dict]] = {}
     for parts in args.parts:
         for method in args.methods:

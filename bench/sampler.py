@@ -5,7 +5,7 @@ fanouts (fanouts[0] at the seeds, PyG's ``num_neighbors`` order) and reports sam
 second for 1 thread and for all cores. PyG's ``NeighborLoader`` needs ``pyg-lib`` or
 ``torch-sparse`` for its sampler; when neither is installed its row is skipped with the reason.
 
-    python bench/sampler.py --dataset arxiv-synth --root /tmp/fg-data [--out bench/results]
+    python -m bench.sampler --dataset arxiv-synth --root /tmp/fg-data [--out bench/results]
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ import numba
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CSVWriter, command_line, median
-
+from bench.common import CSVWriter, command_line, median
 from fullgraph.datasets import load
 from fullgraph.minibatch.sampler import NeighborSampler, global_batches
 

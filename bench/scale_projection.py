@@ -1,6 +1,6 @@
 """papers100M on paper: per-rank memory and epoch time at P = 16, 64, 128 from the memory model.
 
-Memory: :func:`fullgraph.training.memory_model.predict` on a partition *described* rather than
+Memory: :func:`fullgraph.memory.model.predict` on a partition *described* rather than
 computed (every part alike): ogbn-papers100M, 111,059,956 nodes, 1,615,685,872 citation edges
 stored in both directions (3.23 B in-edges, as the OGB and SAR examples symmetrise it), 128
 features, 172 classes, 1.1% training nodes (1,207,179), GraphSAGE 3 x 256, dropout 0.5, the
@@ -8,7 +8,7 @@ default exchange buffer. The halo is an assumption, stated by ``--halo-ratio`` a
 ``--halo-growth``: a part of ``n = N/P`` rows receives ``h = min(rho(P) n, N - n)`` halo rows
 (and sends as many) with ``rho(P) = rho_16 (P / 16) ^ gamma``; halo edges ``1.7 h`` (what the
 METIS parts of our synthetic graphs hold, 1.6-1.8 per halo row). The process floor is measured
-here (:func:`~fullgraph.training.memory_model.measure_floor`).
+here (:func:`~fullgraph.memory.model.measure_floor`).
 
 Epoch time: a cost model with rates measured on this machine, one thread: ``spmm`` (stored
 entries x columns per second, :func:`fullgraph.kernels.spmm` on a products-like CSR) and
@@ -18,19 +18,19 @@ products ``2 n d o`` (twice per SAGE layer forward, four times backward, two for
 layer's weight gradients), and moves ``4 (S (F + H + C) + h (H + C))`` halo bytes at
 ``--bandwidth`` GB/s.
 
-Usage: ``python bench/scale_projection.py [--halo-ratio 1.0 --halo-growth 0.5]``; prints one
+Usage: ``python -m bench.scale_projection [--halo-ratio 1.0 --halo-growth 0.5]``; prints one
 line per P and writes ``OUT/scale_projection.csv``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
+from bench.common import CSVWriter
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 
 NODES = 111_059_956
 EDGES = 1_615_685_872
@@ -42,7 +42,7 @@ SAR_GB = {32: 95, 64: 47, 128: 25}
 
 def shape(parts: int, rho16: float, growth: float):
     """The described partition of papers100M into ``parts`` equal parts."""
-    from fullgraph.training.memory_model import GraphShape, PartShape
+    from fullgraph.memory.model import GraphShape, PartShape
 
     n = NODES // parts
     rho = rho16 * (parts / 16) ** growth
@@ -104,10 +104,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args()
 
-    from common import CSVWriter
-
+    from fullgraph.memory.model import TERMS, measure_floor, predict
     from fullgraph.training.config import TrainConfig
-    from fullgraph.training.memory_model import TERMS, measure_floor, predict
 
     cfg = TrainConfig(model="sage", layers=LAYERS, hidden=HIDDEN, dropout=0.5)
     floor = (

@@ -14,22 +14,20 @@ Rows go to ``bench/results/synthetic_stats.csv`` (long format, ``bench/common.py
 
 Usage::
 
-    python bench/synthetic_stats.py --presets arxiv arxiv-stress --parts 4 8 --accuracy
-    python bench/synthetic_stats.py --presets products --parts 4        # ~10 GiB, minutes
-    python bench/synthetic_stats.py --dataset arxiv-synth --root /tmp/fg-data
+    python -m bench.synthetic_stats --presets arxiv arxiv-stress --parts 4 8 --accuracy
+    python -m bench.synthetic_stats --presets products --parts 4        # ~10 GiB, minutes
+    python -m bench.synthetic_stats --dataset arxiv-synth --root /tmp/fg-data
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CSVWriter
+from bench.common import CSVWriter
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

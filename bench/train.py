@@ -16,20 +16,23 @@ Measures in one run, each configuration in its own process (``mpirun`` for ours)
 (f) the share of epoch time in communication, and what the overlap hides (same run with
     ``overlap=False``).
 
-Usage: ``python bench/train.py [--epochs 5] [--scale-check 3] [--out bench/results]``. Writes
+Usage: ``python -m bench.train [--epochs 5] [--scale-check 3] [--out bench/results]``. Writes
 ``OUT/train.csv`` (long format, bench/common.py) and ``OUT/train.png``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
+
+from bench import pyg_baseline
+from bench.child import bench_command, child_env, emit_result, run_child
+from bench.common import setup_threads
+from bench.train_report import report
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The graph whose runs measure the memory floor of a rank: the process, torch, numba and MPI
@@ -39,9 +42,8 @@ FLOOR_DATASET = "tiny-synth"
 
 # -- workers (run in their own processes) -------------------------------------------------------
 def worker_ours(a: argparse.Namespace) -> None:
-    """Time our train step (and the bare exchange) on this rank; rank 0 prints JSON."""
+    """Time our train step (and the bare exchange) on this rank; rank 0 prints the result."""
     import torch
-    from common import setup_threads  # sibling module (bench/ is on sys.path)
 
     from fullgraph.distributed import create_communicator
     from fullgraph.distributed.launch import detect_launch
@@ -113,72 +115,28 @@ def worker_ours(a: argparse.Namespace) -> None:
             dims=tr.model.dims,
             precomputed=tr.ctx.first_aggregate is not None,
         )
-        print("RESULT " + json.dumps(res), flush=True)
+        emit_result(res)
     comm.close()
 
 
 def worker_pyg(a: argparse.Namespace) -> None:
-    """Time PyG's GCN (cached normalisation, CSR adjacency) on the same graph; print JSON."""
-    import torch
-    import torch.nn.functional as F
-    from common import setup_threads  # sibling module (bench/ is on sys.path)
-    from torch_geometric.nn import GCNConv
-
-    from fullgraph.datasets.registry import load
-    from fullgraph.resources import current_rss_mb, peak_rss_mb
-
-    setup_threads(a.threads)
-    base_rss = current_rss_mb()
-    g = load(a.dataset, a.root)
-    n = g.num_nodes
-    adj_t = torch.sparse_csr_tensor(
-        torch.from_numpy(g.indptr),
-        torch.from_numpy(g.indices),
-        torch.ones(g.num_edges),
-        size=(n, n),
+    """Time PyG's GCN (cached normalisation, CSR adjacency) on the same graph; print the result."""
+    build = partial(pyg_baseline.gcn_layers, hidden=256, layers=3)
+    res = pyg_baseline.measure(
+        a.dataset,
+        a.root,
+        a.threads,
+        build,
+        adjacency="csr",
+        dropout=0.5,
+        input_dropout=0.0,
+        warmup=a.warmup,
+        epochs=a.epochs,
     )
-    x, y = torch.from_numpy(g.x), torch.from_numpy(g.y)
-    train = torch.from_numpy(g.train_mask)
-    torch.manual_seed(0)
-    dims = [g.num_features, 256, 256, g.num_classes]
-    pairs = zip(dims[:-1], dims[1:], strict=True)
-    convs = torch.nn.ModuleList(GCNConv(i, o, cached=True) for i, o in pairs)
-    opt = torch.optim.Adam(convs.parameters(), lr=0.01)
-    times = []
-    for epoch in range(a.warmup + a.epochs):
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        h = x
-        for i, conv in enumerate(convs):
-            h = conv(h, adj_t)
-            if i < len(convs) - 1:
-                h = F.dropout(F.relu(h), 0.5, training=True)
-        F.cross_entropy(h[train], y[train]).backward()
-        opt.step()
-        if epoch >= a.warmup:
-            times.append(time.perf_counter() - t0)
-    res = {
-        "step_s": statistics.median(times),
-        "peak_rss_mb": peak_rss_mb(),
-        "base_rss_mb": base_rss,
-        "ranks": 1,
-    }
-    print("RESULT " + json.dumps(res), flush=True)
+    emit_result({**res, "ranks": 1})
 
 
 # -- orchestration ---------------------------------------------------------------------------
-def _run(cmd: list[str], env: dict | None = None) -> dict:
-    print("  $ " + " ".join(cmd), flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        sys.exit(f"benchmark step failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    res = json.loads(lines[-1][7:])
-    print(f"    {time.perf_counter() - t0:.0f} s: {res}", flush=True)
-    return res
-
-
 def _ensure_data(root: str, dataset: str, preset: str, out: str, scale: int = 1) -> dict[int, Path]:
     """Generate ``dataset`` (synthetic ``preset``, ``scale`` times its nodes and edges) under
     ``root`` if missing; partition it into 2 and 4 parts under ``out/parts``; return the
@@ -240,11 +198,9 @@ def main() -> None:
         return worker_ours(a)
     if a.worker == "pyg":
         return worker_pyg(a)
-    from train_report import report  # sibling module (bench/ is on sys.path)
-
     parts = _ensure_data(a.root, a.dataset, a.preset, a.out)
     floor_parts = _ensure_data(a.root, FLOOR_DATASET, "tiny", a.out)
-    py = [sys.executable, str(Path(__file__).resolve())]
+    py = bench_command("train")
     mpirun = str(Path(sys.executable).parent / "mpirun")
     common = [
         "--root",
@@ -258,23 +214,23 @@ def main() -> None:
     ]
     # The environment `fullgraph train` sets, given to PyG's worker too (same allocator).
     env = {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "THP_MEM_ALLOC_ENABLE": "1"}
+    run = partial(run_child, env=child_env(env), echo=True)
     runs: dict[str, dict] = {}
     print("(a) one process, ours vs PyG, 1 thread", flush=True)
-    runs["pyg"] = _run([*py, "--worker", "pyg", *common], env)
-    runs["p1"] = _run([*py, "--worker", "ours", *common], env)
-    runs["p1_noprecompute"] = _run([*py, "--worker", "ours", "--precompute", "off", *common], env)
+    runs["pyg"] = run([*py, "--worker", "pyg", *common])
+    runs["p1"] = run([*py, "--worker", "ours", *common])
+    runs["p1_noprecompute"] = run([*py, "--worker", "ours", "--precompute", "off", *common])
     print("(b, c, f) 2 ranks, 1 thread each: mpi, gloo, mpi without overlap", flush=True)
     for name, extra in (
         ("p2_mpi", ["--transport", "mpi"]),
         ("p2_gloo", ["--transport", "gloo"]),
         ("p2_mpi_nooverlap", ["--transport", "mpi", "--no-overlap"]),
     ):
-        runs[name] = _run(
-            [mpirun, "-n", "2", *py, "--worker", "ours", "--parts", str(parts[2]), *extra, *common],
-            env,
+        runs[name] = run(
+            [mpirun, "-n", "2", *py, "--worker", "ours", "--parts", str(parts[2]), *extra, *common]
         )
     print("(e) 4 ranks", flush=True)
-    runs["p4_mpi"] = _run(
+    runs["p4_mpi"] = run(
         [
             mpirun,
             "-n",
@@ -287,28 +243,26 @@ def main() -> None:
             "--transport",
             "mpi",
             *common,
-        ],
-        env,
+        ]
     )
     print("(e) runtime floor: the same runs on the tiny graph (3,000 nodes)", flush=True)
     floor = [*py, "--worker", "ours", "--root", a.root, "--dataset", FLOOR_DATASET]
     floor += ["--epochs", "2", "--warmup", "1"]
-    runs["floor_p1"] = _run(floor, env)
+    runs["floor_p1"] = run(floor)
     floor += ["--parts", str(floor_parts[4]), "--transport", "mpi"]
-    runs["floor_p4_mpi"] = _run([mpirun, "-n", "4", *floor], env)
+    runs["floor_p4_mpi"] = run([mpirun, "-n", "4", *floor])
     if a.scale_check > 1:
         big = f"{a.dataset}-x{a.scale_check}"
         print(f"(e) at scale: {big}, {a.scale_check}x the nodes and edges", flush=True)
         big_parts = _ensure_data(a.root, big, a.preset, a.out, a.scale_check)
         big_common = [*common[:2], "--dataset", big, "--epochs", "2", "--warmup", "1"]
-        runs["scaled_p1"] = _run([*py, "--worker", "ours", *big_common], env)
+        runs["scaled_p1"] = run([*py, "--worker", "ours", *big_common])
         big_common += ["--parts", str(big_parts[4]), "--transport", "mpi"]
         p4 = [mpirun, "-n", "4", *py, "--worker", "ours", *big_common]
-        runs["scaled_p4_mpi"] = _run(p4, env)
-        runs["scaled_p4_mpi_sliced"] = _run([*p4, "--exchange-buffer-mb", "16"], env)
+        runs["scaled_p4_mpi"] = run(p4)
+        runs["scaled_p4_mpi_sliced"] = run([*p4, "--exchange-buffer-mb", "16"])
     report(runs, a, predicted_halo_bytes)
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     main()

@@ -6,7 +6,8 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from common import CSVWriter
+from bench.common import CSVWriter
+from bench.plot import BarPanel, Bars, save_figure
 
 
 def _line(label: str, value: float, target: str, met: bool, unit: str = "") -> str:
@@ -122,41 +123,47 @@ def report(runs: dict[str, dict], a: argparse.Namespace, formula: Callable) -> N
     print("\n".join(lines))
     print(f"CSV: {out / 'train.csv'}   plot: {out / 'train.png'}")
     print(
-        "reproduce: python bench/train.py " + f"--root {a.root} --dataset {a.dataset} "
+        "reproduce: python -m bench.train " + f"--root {a.root} --dataset {a.dataset} "
         f"--epochs {a.epochs}"
     )
     _plot(runs, out / "train.png")
 
 
 def _plot(runs: dict[str, dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.5))
+    """Per run: step time (compute + waiting), one halo exchange, peak RSS; one PNG."""
     names = list(runs)
     step = [runs[n]["step_s"] for n in names]
     comm = [runs[n].get("comm_s", 0.0) + runs[n].get("reduce_s", 0.0) for n in names]
-    axes[0].bar(names, [s - c for s, c in zip(step, comm, strict=True)], label="compute")
-    axes[0].bar(
-        names,
-        comm,
-        bottom=[s - c for s, c in zip(step, comm, strict=True)],
-        label="halo + all-reduce wait",
-    )
-    axes[0].set_ylabel("epoch (train step) time, s")
-    axes[0].legend()
+    compute = [s - c for s, c in zip(step, comm, strict=True)]
     ex = [n for n in names if "exchange_s" in runs[n] and runs[n]["ranks"] > 1]
-    axes[1].bar(ex, [runs[n]["exchange_s"] * 1e3 for n in ex])
-    axes[1].set_ylabel("one halo exchange (hidden 256), ms")
-    axes[2].bar(names, [runs[n]["peak_rss_mb"] for n in names], label="peak")
-    axes[2].bar(names, [runs[n]["base_rss_mb"] for n in names], label="after imports")
-    axes[2].set_ylabel("peak RSS per rank, MiB")
-    axes[2].legend()
-    for ax in axes:
-        ax.tick_params(axis="x", rotation=50)
-        plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
-    fig.suptitle("fullgraph trainer: 3-layer GCN, hidden 256, arxiv-like synthetic graph")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    panels = [
+        BarPanel(
+            "",
+            names,
+            [Bars("compute", compute), Bars("halo + all-reduce wait", comm)],
+            ylabel="epoch (train step) time, s",
+            layout="stack",
+            rotate=50,
+        ),
+        BarPanel(
+            "",
+            ex,
+            [Bars("exchange", [runs[n]["exchange_s"] * 1e3 for n in ex])],
+            ylabel="one halo exchange (hidden 256), ms",
+            legend=False,
+            rotate=50,
+        ),
+        BarPanel(
+            "",
+            names,
+            [
+                Bars("peak", [runs[n]["peak_rss_mb"] for n in names]),
+                Bars("after imports", [runs[n]["base_rss_mb"] for n in names]),
+            ],
+            ylabel="peak RSS per rank, MiB",
+            layout="overlay",
+            rotate=50,
+        ),
+    ]
+    title = "fullgraph trainer: 3-layer GCN, hidden 256, arxiv-like synthetic graph"
+    save_figure(panels, path, panel_size=(17 / 3, 5.5), title=title, dpi=120)

@@ -34,17 +34,17 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
         "check a partition directory: ownership, edges, halo maps, checksums",
     ),
     (
-        "fullgraph.training.cli",
+        "fullgraph.commands.train",
         "train",
         "train GCN / GraphSAGE / GAT full-batch (mpirun -n P for P ranks)",
     ),
     (
-        "fullgraph.training.plan",
+        "fullgraph.commands.plan",
         "plan",
         "predict every rank's peak memory for a partition and model, before running",
     ),
     (
-        "fullgraph.minibatch.cli",
+        "fullgraph.commands.minibatch",
         "minibatch",
         "train GraphSAGE with neighbour sampling (the mini-batch baseline)",
     ),
@@ -102,6 +102,12 @@ def _launcher_rank() -> int:
         return 0
 
 
+def _terminated(label: str) -> int:
+    """Print the SIGTERM line; returns its exit status."""
+    print(f"{label}: terminated (SIGTERM)", file=sys.stderr)
+    return 128 + signal.SIGTERM
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; user errors print one line and exit 2.
 
@@ -130,12 +136,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (MemoryError, RuntimeError) as exc:
         oom = out_of_memory(exc)
         if oom is None:
+            if watchdog.terminated:
+                return _terminated(label)
             raise
         print(f"{label}: error: {one_line(oom)}", file=sys.stderr)
         return oom.exit_code
     except Terminated:
-        print(f"{label}: terminated (SIGTERM)", file=sys.stderr)
-        return 128 + signal.SIGTERM
+        return _terminated(label)
+    except Exception:
+        # SIGTERM that landed in an extension's start-up (numpy turns any error there into
+        # ImportError) is still SIGTERM: the same line and status
+        if watchdog.terminated:
+            return _terminated(label)
+        raise
     except KeyboardInterrupt:
         print(f"{label}: interrupted", file=sys.stderr)
         return 130

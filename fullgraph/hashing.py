@@ -6,7 +6,9 @@ so P ranks and one process draw the same numbers, on any machine and thread coun
 
 - **splitmix64** (Steele, Lea, Flood 2014): the 64-bit finaliser :func:`mix64` of
   ``x + GOLDEN``; :func:`splitmix64` on Python integers, :func:`splitmix64_u64` and
-  :func:`mix64_u64` compiled by numba, and :func:`key_chain` / :func:`fold_key` to derive keys;
+  :func:`mix64_u64` compiled by numba, :func:`splitmix64_torch` on int64 tensors (with
+  :func:`as_int64` for the keys it is combined with), and :func:`key_chain` / :func:`fold_key`
+  to derive keys;
 - **lowbias32** (Chris Wellons' hash-prospector): a 32-bit integer hash, :func:`lowbias32` on
   int64 tensors and :func:`lowbias32_u64` compiled by numba (the Triton kernels use
   :data:`LOWBIAS_C1`, :data:`LOWBIAS_C2` in their own jitted copy).
@@ -79,6 +81,29 @@ def mix64_u64(z):  # pragma: no cover - compiled by numba
 def splitmix64_u64(x):  # pragma: no cover - compiled by numba
     """:func:`splitmix64` of a ``uint64``, compiled."""
     return mix64_u64(x + _UGOLDEN)
+
+
+def as_int64(c: int) -> int:
+    """The int64 bit pattern of a 64-bit unsigned integer (to combine with int64 tensors)."""
+    c &= MASK64
+    return c - (1 << 64) if c >= (1 << 63) else c
+
+
+def _srl(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns."""
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def splitmix64_torch(x: torch.Tensor) -> torch.Tensor:
+    """:func:`splitmix64` of int64 bit patterns, on any device.
+
+    int64 arithmetic wraps like uint64 (two's complement), so the bits equal
+    :func:`splitmix64_u64`'s.
+    """
+    z = x + as_int64(GOLDEN)
+    z = (z ^ _srl(z, 30)) * as_int64(MIX1)
+    z = (z ^ _srl(z, 27)) * as_int64(MIX2)
+    return z ^ _srl(z, 31)
 
 
 _M32 = np.uint64(MASK32)

@@ -168,6 +168,13 @@ class Watchdog:
         self.info, self.timeout_s, self.notices = info, timeout_s, notices
         self._watch_parent = info.launcher != "none"
 
+    @property
+    def terminated(self) -> bool:
+        """Whether SIGTERM reached this process's handler (native code an exception crossed on
+        its way, such as numpy's C start-up during an import, may have turned the
+        :class:`Terminated` into another error)."""
+        return self._term_handled
+
     def _on_sigterm(self, signum: int, frame: object) -> None:
         self._term_handled = True
         if os.getpid() != self._pid:  # a forked child: the default action

@@ -10,7 +10,9 @@ Public API:
       per-row min/scale quantization to 8, 4 or 2 bits, packed into bytes.
 
 GAT's attention over a rank's in-edges (edge softmax, hashed attention dropout, weighted sum;
-numba on CPU, torch elsewhere) is :mod:`fullgraph.kernels.edge_softmax`, imported by the layer.
+numba on CPU, torch elsewhere) is :func:`fullgraph.kernels.edge_attention.edge_attention`, over
+an :class:`~fullgraph.kernels.attention_graph.AttentionGraph` with the mask of
+:mod:`fullgraph.kernels.attention_dropout`; the layer imports them from there.
 """
 
 from fullgraph.kernels.csr import CSRMatrix

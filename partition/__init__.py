@@ -14,7 +14,7 @@ The on-disk format (``meta.json`` plus ``part-<r>/*.npy``) is documented in
 
 from fullgraph.partition.assign import METHODS, assign_parts, symmetric_adjacency
 from fullgraph.partition.build import partition_graph, write_partitions
-from fullgraph.partition.format import FORMAT_VERSION, PART_ARRAYS, read_meta
+from fullgraph.partition.format import FORMAT_VERSION, PART_ARRAYS, PartitionDir, read_meta
 from fullgraph.partition.load import Partition, load_partition
 from fullgraph.partition.report import format_report
 from fullgraph.partition.verify import verify_partitions
@@ -25,6 +25,7 @@ __all__ = [
     "METHODS",
     "PART_ARRAYS",
     "Partition",
+    "PartitionDir",
     "assign_parts",
     "format_report",
     "load_partition",

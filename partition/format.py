@@ -44,11 +44,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from fullgraph.errors import PartitionError
+from fullgraph.errors import ConfigError, PartitionError
 
 #: Version of the layout described above; bumped on any incompatible change.
 FORMAT_VERSION = 1
@@ -278,6 +279,56 @@ def read_meta(path: str | Path) -> tuple[dict, str]:
         raise PartitionError(f"{meta_path} lacks {', '.join(missing)}")
     _check_meta(meta, meta_path)
     return meta, hashlib.sha256(raw).hexdigest()
+
+
+@dataclass(frozen=True)
+class PartitionDir:
+    """A partition directory whose ``meta.json`` was read and checked once.
+
+    Every reader of a process starts from one (:meth:`open`): the rank-count check, the memory
+    plan's sizes and :func:`fullgraph.partition.load_partition` share it instead of reading
+    ``meta.json`` again.
+
+    Attributes:
+        root: the directory.
+        meta: the checked ``meta.json``.
+        meta_hash: sha256 of the ``meta.json`` bytes (the partition's identity).
+    """
+
+    root: Path
+    meta: dict = field(repr=False)
+    meta_hash: str
+
+    @classmethod
+    def open(cls, path: str | Path) -> PartitionDir:
+        """Read and check ``meta.json`` of ``path`` (the directory or its ``meta.json``).
+
+        Raises:
+            PartitionError: see :func:`read_meta`.
+        """
+        root = partition_root(path)
+        meta, meta_hash = read_meta(root)
+        return cls(root, meta, meta_hash)
+
+    @property
+    def num_parts(self) -> int:
+        """How many parts (ranks) the partition has."""
+        return int(self.meta["num_parts"])
+
+    def check_ranks(self, size: int, advice: str) -> None:
+        """Refuse a job whose rank count is not the part count.
+
+        Args:
+            size: ranks started.
+            advice: what to do instead (``run `mpirun -n 4```).
+
+        Raises:
+            ConfigError: one line naming both counts and the advice.
+        """
+        if self.num_parts != size:
+            raise ConfigError(
+                f"{self.root} has {self.num_parts} parts but {size} ranks were started; {advice}"
+            )
 
 
 def check_file(root: Path, key: str, entry: dict, verify_checksum: bool) -> Path:

@@ -14,10 +14,9 @@ from fullgraph.partition.format import (
     META_NAME,
     PART_ARRAYS,
     REWRITE,
+    PartitionDir,
     check_file,
     file_key,
-    partition_root,
-    read_meta,
 )
 
 
@@ -217,13 +216,18 @@ def check_part_counts(root: Path, meta: dict, rank: int, arrays: dict[str, np.nd
 
 
 def load_partition(
-    path: str | os.PathLike[str], rank: int, *, mmap: bool = True, verify_checksums: bool = True
+    path: str | os.PathLike[str] | PartitionDir,
+    rank: int,
+    *,
+    mmap: bool = True,
+    verify_checksums: bool = True,
 ) -> Partition:
     """Load part ``rank`` of the partition directory ``path``.
 
     Args:
         path: a directory written by :func:`fullgraph.partition.write_partitions` (or its
-            ``meta.json``).
+            ``meta.json``), or a :class:`~fullgraph.partition.format.PartitionDir` already
+            opened (its ``meta.json`` is not read again).
         rank: which part, ``0 <= rank < num_parts``.
         mmap: memory-map the arrays (read-only) instead of reading them into memory.
         verify_checksums: hash every file of the part against ``meta.json`` first (sizes are
@@ -237,8 +241,8 @@ def load_partition(
             range, a ``meta.json`` field of the wrong type or inconsistent, or arrays that
             disagree with a count in ``meta.json`` (see :func:`check_part_counts`).
     """
-    root = partition_root(path)
-    meta, meta_hash = read_meta(root)
+    opened = path if isinstance(path, PartitionDir) else PartitionDir.open(path)
+    root, meta, meta_hash = opened.root, opened.meta, opened.meta_hash
     num_parts = int(meta["num_parts"])
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
         raise PartitionError(f"rank must be an integer, got {rank!r}")

@@ -200,7 +200,7 @@ def statistics_median(values: list[float]) -> float:
 
 def _checkpoint_epoch(ck: Path) -> int | str:
     """The epoch the checkpoint directory's ``checkpoint.pt`` names (read without torch state)."""
-    from fullgraph.training.checkpoint import read_checkpoint_file
+    from fullgraph.run.checkpoint import read_checkpoint_file
 
     try:
         return int(read_checkpoint_file(ck / "checkpoint.pt")["epoch"])

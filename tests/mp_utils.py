@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-WORKER = Path(__file__).resolve().parent / "mp_worker.py"
-
 
 def mpirun_path() -> str:
     """The ``mpirun`` beside this Python (the mpich wheel's), else the one on PATH.
@@ -59,22 +57,37 @@ def run_mpi(
     Returns:
         The completed process (stdout and stderr captured as text).
     """
+    return _run(mpi_command(ranks, args), f"mpirun -n {ranks}", args, timeout, expect_ok, env)
+
+
+def run_python(
+    args: list[str],
+    timeout: float = 120.0,
+    expect_ok: bool = True,
+    env: dict | None = None,
+) -> subprocess.CompletedProcess:
+    """Run ``python args`` as one process, no launcher; otherwise as :func:`run_mpi`."""
+    return _run([sys.executable, *args], "python", args, timeout, expect_ok, env)
+
+
+def _run(
+    cmd: list[str],
+    label: str,
+    args: list[str],
+    timeout: float,
+    expect_ok: bool,
+    env: dict | None,
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", **(env or {})}
     try:
-        proc = subprocess.run(
-            mpi_command(ranks, args),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=full_env,
-        )
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout
         err = (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else exc.stderr
-        pytest.fail(f"mpirun -n {ranks} timed out after {timeout} s\n{out}\n{err}")
+        pytest.fail(f"{label} timed out after {timeout} s\n{out}\n{err}")
     if expect_ok and proc.returncode != 0:
         pytest.fail(
-            f"mpirun -n {ranks} {' '.join(args)} exited {proc.returncode}\n"
+            f"{label} {' '.join(args)} exited {proc.returncode}\n"
             f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
         )
     return proc

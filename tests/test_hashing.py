@@ -54,6 +54,32 @@ def test_compiled_splitmix64_equals_python() -> None:
     assert [int(v) for v in got] == [hashing.splitmix64(v) for v in VALUES]
 
 
+def test_torch_splitmix64_equals_numba_and_python() -> None:
+    """The int64-tensor form gives the bits of the compiled and the Python-integer forms."""
+    xs = np.array(VALUES, dtype=np.uint64)
+    got = hashing.splitmix64_torch(torch.from_numpy(xs.view(np.int64))).numpy().view(np.uint64)
+    np.testing.assert_array_equal(got, _splitmix64_many(xs))
+    assert [int(v) for v in got] == [hashing.splitmix64(v) for v in VALUES]
+
+
+def test_as_int64_keeps_the_bits() -> None:
+    for v in VALUES:
+        c = hashing.as_int64(v)
+        assert -(2**63) <= c < 2**63 and c & hashing.MASK64 == v
+        assert hashing.as_int64(c) == c
+
+
+def test_torch_splitmix64_chain_equals_python() -> None:
+    """Keys XORed in as :func:`as_int64` and chained hashes (the attention-dropout mask's form)
+    equal the Python-integer chain."""
+    key = hashing.key_chain(7, 3, 2)
+    xs = np.array(VALUES, dtype=np.uint64)
+    z = hashing.splitmix64_torch(torch.from_numpy(xs.view(np.int64)) ^ hashing.as_int64(key))
+    z = hashing.splitmix64_torch(z ^ 12345)
+    want = [hashing.splitmix64(hashing.splitmix64(v ^ key) ^ 12345) for v in VALUES]
+    assert [int(v) for v in z.numpy().view(np.uint64)] == want
+
+
 @pytest.mark.parametrize("x", [0, 1, 7, 0xDEADBEEF, 2**31, 2**32 - 1])
 def test_lowbias32_forms_equal_the_reference(x: int) -> None:
     want = _lowbias32_reference(x)

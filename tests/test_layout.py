@@ -1,9 +1,10 @@
-"""The package layout: no import circles, and a ground floor that imports nothing above it.
+"""The package layout: no import circles, and no import from a lower floor to a higher one.
 
 The import graph is read from the source (every ``import`` and ``from ... import``, including
 those inside functions), over the four packages of the distribution. The ground floor
 (:data:`GROUND`) holds what everything may use: errors, atomic writes, resource probes, the
-counter hashes, the configuration framework and the process watchdog.
+counter hashes, the configuration framework and the process watchdog. :data:`FLOORS` orders the
+rest: a module may import its own floor and the floors below it, never one above.
 """
 
 from __future__ import annotations
@@ -27,6 +28,30 @@ GROUND = {
     "fullgraph.config",
     "fullgraph.watchdog",
 }
+
+#: The floors, lowest first: (name, module prefixes). A module belongs to the floor of the
+#: longest prefix it starts with.
+FLOORS: list[tuple[str, tuple[str, ...]]] = [
+    ("ground", tuple(sorted(GROUND))),
+    ("data and kernels", ("fullgraph.datasets", "fullgraph.partition", "fullgraph.kernels")),
+    ("distributed", ("fullgraph.distributed",)),
+    ("models", ("fullgraph.models",)),
+    ("run", ("fullgraph.run",)),
+    ("trainers", ("fullgraph.training", "fullgraph.minibatch")),
+    ("memory", ("fullgraph.memory",)),
+    ("entry points", ("fullgraph.pyg", "fullgraph.commands", "fullgraph.cli", "fullgraph")),
+]
+
+
+def floor_of(module: str) -> int:
+    """The index in :data:`FLOORS` of ``module``'s floor (the longest matching prefix)."""
+    best, length = -1, -1
+    for i, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = i, len(prefix)
+    assert best >= 0, f"{module} is on no floor"
+    return best
 
 
 def _modules() -> dict[str, Path]:
@@ -114,12 +139,29 @@ def test_ground_floor_imports_nothing_above_it() -> None:
         assert not above, f"{module} imports {sorted(above)}"
 
 
+def test_no_module_imports_a_higher_floor() -> None:
+    graph = import_graph()
+    up = [
+        f"{m} ({FLOORS[floor_of(m)][0]}) imports {t} ({FLOORS[floor_of(t)][0]})"
+        for m, targets in sorted(graph.items())
+        for t in sorted(targets)
+        if floor_of(t) > floor_of(m)
+    ]
+    assert up == []
+
+
+def test_the_floor_checker_sees_an_upward_import() -> None:
+    assert floor_of("fullgraph.run.epochs") < floor_of("fullgraph.training.trainer")
+    assert floor_of("fullgraph.errors") == 0
+    assert floor_of("fullgraph") == len(FLOORS) - 1
+
+
 def test_the_wings_exist_and_the_runtime_floor_is_small() -> None:
     """The folders tell the architecture: the runtime's top floor holds only the ground floor
     and the command line."""
     top = {p.stem for p in PACKAGES["fullgraph"].glob("*.py")} - {"__init__"}
     assert top == {m.split(".")[1] for m in GROUND} | {"cli"}
-    for wing in ("distributed", "models", "training", "minibatch"):
+    for wing in ("distributed", "models", "run", "training", "minibatch", "memory", "commands"):
         assert (PACKAGES["fullgraph"] / wing / "__init__.py").is_file()
 
 

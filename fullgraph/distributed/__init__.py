@@ -5,13 +5,19 @@
 """
 
 from fullgraph.distributed.communicator import Communicator
-from fullgraph.distributed.connect import TRANSPORTS, create_communicator, resolve_transport
+from fullgraph.distributed.connect import (
+    TRANSPORTS,
+    check_device,
+    create_communicator,
+    resolve_transport,
+)
 from fullgraph.distributed.launch import LaunchInfo, default_threads, detect_launch
 
 __all__ = [
     "TRANSPORTS",
     "Communicator",
     "LaunchInfo",
+    "check_device",
     "create_communicator",
     "default_threads",
     "detect_launch",

@@ -19,6 +19,24 @@ def resolve_transport(transport: str, info: LaunchInfo) -> str:
     return "mpi" if info.under_mpi else "gloo"
 
 
+def check_device(device: str, transport: str) -> None:
+    """Refuse a device that does not exist, or that the transport cannot move tensors of.
+
+    Args:
+        device: where tensors live (``cpu``, ``cuda``, ``cuda:N``).
+        transport: the resolved transport.
+
+    Raises:
+        ConfigError: CUDA asked where torch sees none, or ``mpi`` with a GPU device.
+    """
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device}, but torch {torch.__version__} sees no CUDA device")
+    if transport == "mpi" and device != "cpu":
+        raise ConfigError("transport mpi exchanges host buffers: use --device cpu (or nccl)")
+
+
 def create_communicator(
     transport: str, info: LaunchInfo, timeout_s: float = 300.0, label: str = "fullgraph"
 ) -> Communicator:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,6 +33,9 @@ from fullgraph.distributed.communicator import Communicator, PendingExchange
 from fullgraph.distributed.compression import BACKWARD, FORWARD, HaloCompression, record_bytes
 from fullgraph.distributed.exchange_slices import ExchangeSlice
 from fullgraph.kernels import CSRMatrix, spmm, spmm_add_
+
+if TYPE_CHECKING:
+    from fullgraph.partition import Partition
 
 
 @dataclass
@@ -72,7 +75,7 @@ class HaloPlan:
     @classmethod
     def from_partition(
         cls,
-        part: Any,
+        part: Partition,
         comm: Communicator,
         *,
         buffer_bytes: int = slicing.DEFAULT_BUFFER_BYTES,

@@ -10,7 +10,7 @@ whole batch. Sampling and dropout are keyed by global node ids, so P ranks and o
 compute the same gradients. Evaluation is exact layer-wise full-graph inference with the rows
 split over the ranks, each rank holding only its rows of a layer
 (:mod:`fullgraph.minibatch.inference`). The epochs, their line and JSON fields are the shared
-skeleton of :mod:`fullgraph.training.epochs`.
+skeleton of :mod:`fullgraph.run.epochs`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from fullgraph.minibatch.inference import RowOperator, layerwise_inference, row_
 from fullgraph.minibatch.model import block_forward
 from fullgraph.minibatch.sampler import NeighborSampler, global_batches, rank_share
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
-from fullgraph.training.epochs import EpochLoop, EpochStats, accuracies, reduce_gradients
-from fullgraph.training.optim import Adam
+from fullgraph.run.epochs import EpochLoop, EpochStats, accuracies, reduce_gradients
+from fullgraph.run.optim import Adam
 
 
 class MinibatchTrainer(EpochLoop):

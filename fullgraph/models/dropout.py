@@ -14,7 +14,7 @@ import numba
 import numpy as np
 import torch
 
-from fullgraph.hashing import GOLDEN, MIX1, MIX2, key_chain, splitmix64_u64
+from fullgraph.hashing import as_int64, key_chain, splitmix64_torch, splitmix64_u64
 
 
 def stream_key(seed: int, epoch: int, layer: int) -> int:
@@ -128,15 +128,6 @@ def _scaled_mask(
     return out
 
 
-def _signed(c: int) -> int:
-    return c - (1 << 64) if c >= (1 << 63) else c
-
-
-def _srl(z: torch.Tensor, k: int) -> torch.Tensor:
-    """Logical right shift of int64 bit patterns."""
-    return (z >> k) & ((1 << (64 - k)) - 1)
-
-
 def keep_scale_torch(
     global_ids: torch.Tensor, width: int, p: float, key: int, scale: float
 ) -> torch.Tensor:
@@ -151,15 +142,29 @@ def keep_scale_torch(
     words = (width + 3) // 4
     dev = global_ids.device
     w = torch.arange(words, device=dev, dtype=torch.int64)
-    z = (global_ids.to(torch.int64)[:, None] * words + w[None, :]) ^ _signed(key)
-    z = z + _signed(GOLDEN)
-    z = (z ^ _srl(z, 30)) * _signed(MIX1)
-    z = (z ^ _srl(z, 27)) * _signed(MIX2)
-    z = z ^ _srl(z, 31)
+    z = splitmix64_torch((global_ids.to(torch.int64)[:, None] * words + w[None, :]) ^ as_int64(key))
     lanes = torch.stack([(z >> (16 * k)) & 0xFFFF for k in range(4)], dim=-1)
     lanes = lanes.reshape(len(global_ids), words * 4)[:, :width]
     keep = lanes >= round(p * 65536)
     return keep.to(torch.float32) * scale
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
+def zero_dropped_lanes(
+    row: np.ndarray, gid: np.int64, key: np.uint64, threshold: np.uint64
+) -> None:  # pragma: no cover - JIT
+    """Zero the entries of ``row`` (one node's, float32 [width]) that node ``gid``'s mask drops
+    (the lanes of :func:`dropout_keep_mask` below ``threshold``), in place; compiled."""
+    width = row.shape[0]
+    words = (width + 3) // 4
+    base = np.uint64(gid) * np.uint64(words)
+    zero = np.float32(0.0)
+    for w in range(words):
+        z = _mix_word(base + np.uint64(w), key)
+        for k in range(4):
+            j = 4 * w + k
+            if j < width and ((z >> np.uint64(16 * k)) & np.uint64(0xFFFF)) < threshold:
+                row[j] = zero
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -169,8 +174,6 @@ def _relu_keep(x, gids, key, threshold, scale, out):  # pragma: no cover - JIT
     while the row is in cache: the values of one branchy pass in less than half the time.
     ``out`` may be ``x`` (each element is read before it is written)."""
     width = x.shape[1]
-    words = (width + 3) // 4
-    w64 = np.uint64(words)
     zero = np.float32(0.0)
     for i in numba.prange(x.shape[0]):
         xi = x[i]
@@ -178,13 +181,7 @@ def _relu_keep(x, gids, key, threshold, scale, out):  # pragma: no cover - JIT
         for j in range(width):
             v = xi[j]
             oi[j] = v * scale if v > 0 else zero
-        base = np.uint64(gids[i]) * w64
-        for w in range(words):
-            z = _mix_word(base + np.uint64(w), key)
-            for k in range(4):
-                j = 4 * w + k
-                if j < width and ((z >> np.uint64(16 * k)) & np.uint64(0xFFFF)) < threshold:
-                    oi[j] = zero
+        zero_dropped_lanes(oi, gids[i], key, threshold)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)

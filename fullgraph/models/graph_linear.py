@@ -5,7 +5,7 @@
 halo exchange (:mod:`fullgraph.distributed.halo`), ``R`` the optional root weight (SAGE).
 
 What it holds, for ``n`` inner rows (the memory model of ``fullgraph plan`` counts these,
-:mod:`fullgraph.training.memory_model`):
+:mod:`fullgraph.memory.model`):
 
 - saved for the backward pass: transform first, the input ``h`` (the previous layer's output,
   alive anyway, or nothing when ``h`` is a constant the caller can ``rebuild``); aggregate

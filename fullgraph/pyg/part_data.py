@@ -30,19 +30,18 @@ from fullgraph.distributed import (
     detect_launch,
     resolve_transport,
 )
-from fullgraph.distributed.halo import HaloPlan, SplitOperator
+from fullgraph.distributed.halo import HaloPlan
 from fullgraph.errors import ConfigError
-from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.partition import (
+    Partition,
+    PartitionDir,
     assign_parts,
     load_partition,
-    read_meta,
     whole_graph_part,
     write_partitions,
 )
-from fullgraph.partition.format import partition_root
-from fullgraph.training.assembly import as_tensor, build_operator, part_tensors
+from fullgraph.training.assembly import part_tensors, rank_context
 from fullgraph.watchdog import Watchdog, phase
 from fullgraph.watchdog import current as current_watchdog
 
@@ -70,7 +69,7 @@ class PartGraph:
         step: training forward passes so far; the next one uses ``step + 1``.
     """
 
-    def __init__(self, part: Any, comm: Communicator, seed: int) -> None:
+    def __init__(self, part: Partition, comm: Communicator, seed: int) -> None:
         self.part, self.comm, self.seed = part, comm, int(seed)
         self.num_inner = int(part.num_inner)
         self.global_ids = np.asarray(part.global_ids[: self.num_inner], dtype=np.int64)
@@ -104,34 +103,15 @@ class PartGraph:
             like: an input of the layer; its device and floating dtype are used.
 
         Returns:
-            The operator (values in ``like``'s dtype), the halo plan and the dropout ids.
+            The operator (values in ``like``'s dtype), the halo plan and the dropout ids, built
+            by the rank assembler of ``fullgraph train``
+            (:func:`~fullgraph.training.assembly.rank_context`).
         """
         key = (kind, like.device, like.dtype)
         if key not in self._contexts:
-            op = build_operator(self.part, kind)
-
-            def place(a: CSRMatrix | None) -> CSRMatrix | None:
-                if a is None:
-                    return None
-                a = a.to(like.device)
-                return a if a.values is None else a.with_values(a.values.to(like.dtype))
-
-            ctx = GraphContext(
-                op=SplitOperator(place(op.inner), place(op.halo)),
-                plan=self.plan,
-                global_ids=self.global_ids,
-                seed=self.seed,
+            self._contexts[key] = rank_context(
+                self.part, self.plan, kind, self.seed, like.device, like.dtype
             )
-            if kind == "gat":
-                ni, nh = self.num_inner, int(self.part.num_halo)
-                ctx.structure = CSRMatrix(
-                    as_tensor(self.part.indptr, np.int64).to(like.device),
-                    as_tensor(self.part.indices, np.int64).to(like.device),
-                    None,
-                    ni + nh,
-                )
-                ctx.local_global_ids = np.asarray(self.part.global_ids, dtype=np.int64)
-            self._contexts[key] = ctx
         return self._contexts[key]
 
     def check_rows(self, x: torch.Tensor, where: str) -> None:
@@ -157,7 +137,7 @@ def _graph_digest(graph: Graph) -> str:
     return h.hexdigest()
 
 
-def _part_of_graph(graph: Graph, comm: Communicator, method: str) -> Any:
+def _part_of_graph(graph: Graph, comm: Communicator, method: str) -> Partition:
     """This rank's part of ``graph``: the whole graph on one rank, else partitioned here.
 
     Rank 0 assigns the owners (``method``, seed 0) and sends them to every rank; each rank
@@ -247,13 +227,9 @@ def load_part(
     comm = comm if comm is not None else _communicator(threads, timeout)
     with phase("part loading"):
         if isinstance(source, (str, os.PathLike)):
-            meta, _ = read_meta(partition_root(source))
-            if int(meta["num_parts"]) != comm.size:
-                raise ConfigError(
-                    f"{source} has {meta['num_parts']} parts but {comm.size} ranks were "
-                    f"started; start one rank per part"
-                )
-            part = load_partition(source, comm.rank)
+            opened = PartitionDir.open(source)
+            opened.check_ranks(comm.size, "start one rank per part")
+            part = load_partition(opened, comm.rank)
         else:
             graph = source if isinstance(source, Graph) else from_pyg(source, "pyg")
             part = _part_of_graph(graph, comm, method)

@@ -11,7 +11,7 @@
   gradient all-reduce;
 - at the end of the backward pass (``loss.backward()``): every gradient of the model is summed
   over the ranks in one fixed-order all-reduce
-  (:func:`fullgraph.training.epochs.reduce_gradients`, which stops on a non-finite value), so
+  (:func:`fullgraph.run.epochs.reduce_gradients`, which stops on a non-finite value), so
   every rank holds the one-process gradient before ``optimizer.step()``. A parameter without a
   gradient on every rank keeps none.
 """
@@ -25,7 +25,7 @@ from torch import nn
 
 from fullgraph.errors import ConfigError
 from fullgraph.pyg.part_data import PartGraph
-from fullgraph.training.epochs import reduce_gradients
+from fullgraph.run.epochs import reduce_gradients
 
 #: The parts of the converted models whose forward pass is running (innermost last).
 _ACTIVE: list[PartGraph] = []

@@ -1,10 +1,12 @@
-"""The training wing: configuration, per-rank assembly, the trainer and its epoch skeleton,
-checkpoints, outputs and the job scaffold that ``fullgraph train`` and ``fullgraph minibatch``
-share.
+"""The training wing: full-batch training only: the experiment's configuration, the rank
+assembler (a part -> what a rank trains on) and the trainer.
+
+``Trainer(part, comm, TrainConfig(...), RunOptions(...))`` is the Python API; ``RunOptions``
+(from :mod:`fullgraph.run`) is re-exported here because the trainer takes it.
 """
 
+from fullgraph.run.options import RunOptions, RuntimeOptions
 from fullgraph.training.config import TrainConfig, TrainData
-from fullgraph.training.job import RunOptions, RuntimeOptions
 from fullgraph.training.trainer import Trainer
 
 __all__ = ["RunOptions", "RuntimeOptions", "TrainConfig", "TrainData", "Trainer"]

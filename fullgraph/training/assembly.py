@@ -1,5 +1,11 @@
 """Per-rank assembly: from a part on disk (or a whole graph) to what the model runs on.
 
+The one rank assembler: :func:`rank_context` turns a part into the
+:class:`~fullgraph.models.context.GraphContext` of a layer kind (operator split into inner and
+halo columns on the device, halo plan, dropout ids, and the edge structure for the kinds that
+weigh edges themselves); ``fullgraph train`` (:func:`assemble_rank`) and ``fullgraph.pyg``
+(:class:`~fullgraph.pyg.part_data.PartGraph`) both build their contexts with it.
+
 :func:`assemble_rank` builds, complete and once, everything one rank of a full-batch run needs:
 feature, label and mask tensors on the device, the aggregation operator of the model's layer kind
 split into inner and halo columns, the halo exchange plan (with its buffer limit and halo
@@ -27,6 +33,7 @@ from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.gnn import precompute_first_aggregate, sparse_features
 from fullgraph.models.layers import layer_class
+from fullgraph.partition import Partition
 from fullgraph.training.config import TrainConfig
 
 
@@ -40,7 +47,7 @@ def as_tensor(a: Any, dtype: type[np.generic]) -> torch.Tensor:
     return torch.from_numpy(np.array(arr, dtype=dtype))
 
 
-def part_tensors(part: Any) -> dict[str, torch.Tensor]:
+def part_tensors(part: Partition) -> dict[str, torch.Tensor]:
     """Features, labels and masks of the inner nodes as torch tensors.
 
     They share the part's arrays when those are in memory (``load_partition(mmap=False)``, a
@@ -69,7 +76,7 @@ def _split_columns(a: CSRMatrix, num_inner: int) -> SplitOperator:
     return SplitOperator(inner, halo)
 
 
-def build_operator(part: Any, model: str) -> SplitOperator:
+def build_operator(part: Partition, model: str) -> SplitOperator:
     """The aggregation operator of layer kind ``model`` on this rank's rows, split inner / halo.
 
     Args:
@@ -112,23 +119,82 @@ def _normalize_rows(x: torch.Tensor, comm: Communicator) -> torch.Tensor:
     return x / x.sum(dim=1, keepdim=True).clamp(min=1.0)
 
 
-def assemble_rank(part: Any, comm: Communicator, config: TrainConfig) -> RankGraph:
+def needs_structure(kind: str) -> bool:
+    """Whether layer kind ``kind`` weighs the edges itself (attention): it then reads the part's
+    edge structure and the global ids of its halo, not only the operator."""
+    return not layer_class(kind).precomputable
+
+
+def rank_context(
+    part: Partition,
+    plan: HaloPlan,
+    kind: str,
+    seed: int,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+) -> GraphContext:
+    """The context a rank runs layers of kind ``kind`` with (no collective).
+
+    Args:
+        part: this rank's part.
+        plan: the rank's halo exchange plan (shared by every kind of a model).
+        kind: a registered layer kind.
+        seed: the run's seed (dropout streams).
+        device: where the operator lives.
+        dtype: the operator's value type (default: as built, float32).
+
+    Returns:
+        The operator split into inner and halo columns, the plan, the global ids of the inner
+        nodes, and for the kinds that weigh edges themselves (:func:`needs_structure`) the local
+        CSR of incoming edges and the global ids of every local node.
+    """
+    device = torch.device(device)
+    op = build_operator(part, kind)
+
+    def place(a: CSRMatrix | None) -> CSRMatrix | None:
+        if a is None:
+            return None
+        a = a.to(device)
+        if dtype is None or a.values is None:
+            return a
+        return a.with_values(a.values.to(dtype))
+
+    ctx = GraphContext(
+        op=SplitOperator(place(op.inner), place(op.halo)),
+        plan=plan,
+        global_ids=np.array(part.global_ids[: part.num_inner], dtype=np.int64),
+        seed=seed,
+    )
+    if needs_structure(kind):
+        ctx.structure = CSRMatrix(
+            as_tensor(part.indptr, np.int64).to(device),
+            as_tensor(part.indices, np.int64).to(device),
+            None,
+            int(part.num_inner) + int(part.num_halo),
+        )
+        ctx.local_global_ids = np.asarray(part.global_ids, dtype=np.int64)
+    return ctx
+
+
+def assemble_rank(
+    part: Partition, comm: Communicator, config: TrainConfig, device: torch.device | str = "cpu"
+) -> RankGraph:
     """Build everything rank ``comm.rank`` trains on (a collective: every rank calls it).
 
     Args:
         part: this rank's part.
         comm: the communicator.
-        config: the run's configuration (layer kind, widths, dropout, compression, device).
+        config: the run's configuration (layer kind, widths, dropout, compression).
+        device: where tensors live.
 
     Returns:
         The :class:`RankGraph`.
     """
-    device = torch.device(config.device)
+    device = torch.device(device)
     data = part_tensors(part)
     if config.normalize_features:
         data["x"] = _normalize_rows(data["x"], comm)
     data = {k: v.to(device) for k, v in data.items()}
-    op = build_operator(part, config.model)
     compression = None
     if config.compressed:
         compression = HaloCompression(
@@ -144,23 +210,10 @@ def assemble_rank(part: Any, comm: Communicator, config: TrainConfig) -> RankGra
         buffer_bytes=int(config.exchange_buffer_mb * 2**20),
         compression=compression,
     )
-    ctx = GraphContext(
-        op=SplitOperator(op.inner.to(device), None if op.halo is None else op.halo.to(device)),
-        plan=plan,
-        global_ids=np.array(part.global_ids[: part.num_inner], dtype=np.int64),
-        seed=config.seed,
-    )
+    ctx = rank_context(part, plan, config.model, config.seed, device)
     kind = layer_class(config.model)
     if config.prune == "auto" and kind.prunable and config.norm != "batch":
         ctx.train_graphs = prune_layers(ctx.op, plan, data["train"], config.layers)
-    if not kind.precomputable:
-        ctx.structure = CSRMatrix(
-            as_tensor(part.indptr, np.int64).to(device),
-            as_tensor(part.indices, np.int64).to(device),
-            None,
-            int(part.num_inner) + int(part.num_halo),
-        )
-        ctx.local_global_ids = np.asarray(part.global_ids, dtype=np.int64)
     pre = config.precompute_first
     if pre == "on" and not kind.precomputable:
         raise ConfigError(f"--precompute-first on: --model {config.model} cannot precompute")

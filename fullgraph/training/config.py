@@ -2,8 +2,8 @@
 
 :class:`TrainConfig` is the experiment (model, optimiser, epochs, halo compression): the fields
 a resumed run must share with its checkpoint. :class:`TrainData` says what a rank trains on. Run
-I/O (log, checkpoint, resume) and runtime (transport, threads, timeout) live in
-:mod:`fullgraph.training.job`, shared with the mini-batch baseline. Every field carries its
+I/O (log, checkpoint, resume) and runtime (transport, device, threads, timeout) live in
+:mod:`fullgraph.run.options`, shared with the mini-batch baseline. Every field carries its
 default, help and check; ``fullgraph train``'s options are generated from them.
 """
 
@@ -128,7 +128,6 @@ class TrainConfig(InputDropoutConfig, Config):
         "and sage without BatchNorm, the layers where it removes >= 10%% of the edges; off)",
         choices=("auto", "off"),
     )
-    device: str = option("cpu", "where tensors live: cpu or cuda", cli=False)
     extra: dict = option({}, "free-form notes kept with the config", cli=False)
 
     def check(self) -> None:

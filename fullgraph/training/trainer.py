@@ -1,6 +1,6 @@
 """The full-batch trainer of one rank: its step, its evaluation, its checkpoints.
 
-All ranks run the same loop (:class:`~fullgraph.training.epochs.EpochLoop`) on their own part.
+All ranks run the same loop (:class:`~fullgraph.run.epochs.EpochLoop`) on their own part.
 The loss is the sum over this rank's training nodes divided by the GLOBAL number of training
 nodes, so summing the ranks' gradients (one all-reduce per step) gives exactly the full-graph
 gradient; parameters start identical (same seed, then a broadcast from rank 0) and therefore
@@ -17,22 +17,23 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fullgraph.distributed.communicator import Communicator
+from fullgraph.distributed import Communicator, check_device
 from fullgraph.distributed.faults import injected_failure_epoch
 from fullgraph.errors import ConfigError, mark_replicated
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
-from fullgraph.training.assembly import assemble_rank
-from fullgraph.training.checkpoint import CheckpointDir
-from fullgraph.training.config import TrainConfig
-from fullgraph.training.epochs import (
+from fullgraph.partition import Partition
+from fullgraph.run.checkpoint import CheckpointDir
+from fullgraph.run.epochs import (
     EpochLoop,
     EpochStats,
     accuracies,
     check_finite,
     reduce_gradients,
 )
-from fullgraph.training.job import RunOptions
-from fullgraph.training.optim import Adam
+from fullgraph.run.optim import Adam
+from fullgraph.run.options import RunOptions
+from fullgraph.training.assembly import assemble_rank
+from fullgraph.training.config import TrainConfig
 
 __all__ = ["StepResult", "TrainConfig", "Trainer", "check_finite"]
 
@@ -64,15 +65,17 @@ class Trainer(EpochLoop):
         run: the run's I/O (checkpoints, quiet); default: none.
         checkpoints: the checkpoint directory, already opened (locked) by the command line;
             by default one is made from ``run.checkpoint`` (not locked).
+        device: where tensors live (checked against the transport).
     """
 
     def __init__(
         self,
-        part: Any,
+        part: Partition,
         comm: Communicator,
         config: TrainConfig,
         run: RunOptions | None = None,
         checkpoints: CheckpointDir | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         super().__init__()
         if comm.size != part.num_parts or comm.rank != part.rank:
@@ -80,20 +83,15 @@ class Trainer(EpochLoop):
                 f"rank {comm.rank} of {comm.size} cannot train part {part.rank} of "
                 f"{part.num_parts} parts"
             )
-        self.device = torch.device(config.device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ConfigError(
-                f"--device {config.device}, but torch {torch.__version__} sees no CUDA device"
-            )
-        if comm.transport == "mpi" and self.device.type != "cpu":
-            raise ConfigError("transport mpi exchanges host buffers: use --device cpu (or nccl)")
+        check_device(str(device), comm.transport)
+        self.device = torch.device(device)
         self.comm, self.config = comm, config
         # Only the hash is kept: the part's arrays that training does not use (its CSR of
         # int64 ids, degrees) are freed once the caller lets the part go as well.
         self.partition_hash = part.partition_hash
         self.run = run or RunOptions()
         self.epochs, self.eval_every, self.quiet = config.epochs, config.eval_every, self.run.quiet
-        rank_graph = assemble_rank(part, comm, config)
+        rank_graph = assemble_rank(part, comm, config, self.device)
         self.data, self.ctx = rank_graph.data, rank_graph.ctx
         self.num_train_global = rank_graph.num_train_global
         self.model = self._build_model(part)
@@ -115,7 +113,7 @@ class Trainer(EpochLoop):
             )
         self._fail_at = injected_failure_epoch(comm.rank)
 
-    def _build_model(self, part: Any) -> GNN:
+    def _build_model(self, part: Partition) -> GNN:
         """The model, seeded, with rank 0's initial parameters broadcast to every rank."""
         cfg = self.config
         torch.manual_seed(cfg.seed)
@@ -126,7 +124,7 @@ class Trainer(EpochLoop):
 
     def resolved_config(self) -> dict[str, Any]:
         """The experiment and run I/O in one dict (``config.json``, checkpoints)."""
-        return {**self.config.to_dict(), **self.run.to_dict()}
+        return {**self.config.to_dict(), "device": str(self.device), **self.run.to_dict()}
 
     # -- one step ----------------------------------------------------------------------------
     def train_step(self, epoch: int, keep_logits: bool = True) -> StepResult:

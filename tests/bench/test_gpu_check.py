@@ -10,7 +10,6 @@ and the summary is written whatever happened.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 import os
@@ -22,26 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from bench import gpu_check  # the repository root is on pytest's path (pyproject.toml)
+from bench import gpu_check_commands as commands
+from bench import gpu_check_report as report
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str, path: Path):
-    """Import a bench script as module ``name``, leaving ``sys.path`` as it was (the scripts
-    put bench/ in front, whose module names must not shadow anything for the other tests)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve their annotations through sys.modules
-    saved = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = saved
-    return module
-
-
-gpu_check = _load("gpu_check", REPO / "bench" / "gpu_check.py")
-report = sys.modules["gpu_check_report"]  # imported by gpu_check from bench/
-commands = _load("gpu_check_commands", REPO / "bench" / "gpu_check_commands.py")
 
 
 @pytest.fixture(scope="module")
@@ -121,13 +105,15 @@ def test_fill_doc_replaces_the_gpu_section(dry_run, tmp_path) -> None:
     refused = subprocess.run(
         [
             sys.executable,
-            str(REPO / "bench" / "gpu_check.py"),
+            "-m",
+            "bench.gpu_check",
             "fill-doc",
             str(out / "gpu_check.json"),
             str(doc),
         ],
         capture_output=True,
         text=True,
+        cwd=REPO,
     )
     assert refused.returncode != 0 and "not a GPU result" in refused.stderr
     assert gpu_check.main(["fill-doc", str(out / "gpu_check.json"), str(doc), "--allow-dry"]) == 0
@@ -245,7 +231,8 @@ def test_kernels_bench_reports_gpu_targets_without_a_gpu(capsys) -> None:
     """bench/kernels.py's CUDA report, fed made-up times (a peer left out reads as NaN)."""
     import torch
 
-    kernels = _load("bench_kernels", REPO / "bench" / "kernels.py")
+    from bench import kernels
+
     fwd = kernels.Best({"ours": 1e-3, "torch.sparse.mm": 2e-3})
     fwdbwd = kernels.Best({"ours": 3e-3, "torch.sparse.mm-cached": 4e-3})
     moved = {"fwd": 4e9, "fwdbwd": 8e9}

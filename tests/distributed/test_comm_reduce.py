@@ -2,7 +2,7 @@
 
 In-process checks run P threads over a fake transport whose all-to-all moves the rows exactly
 (like every real transport); the multi-rank checks start one ``mpirun`` launch of
-``mp_worker.py reduce`` per P over ``mpi`` and ``gloo``: the same vectors reduce to the same bits
+``comm_worker.reduce`` per P over ``mpi`` and ``gloo``: the same vectors reduce to the same bits
 on both transports and equal the fixed-order numpy sum, and 20 epochs of training end with the
 same parameters.
 """
@@ -13,11 +13,12 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import comm_worker
 import numpy as np
 import pytest
 import torch
-from mp_utils import WORKER, run_mpi
-from mp_worker import REDUCE_LENGTHS, reduce_input
+from comm_worker import REDUCE_LENGTHS, reduce_input
+from harness import run_task
 
 from fullgraph.distributed.communicator import Communicator, chunk_sizes, ordered_sum
 
@@ -183,9 +184,14 @@ def test_sums_and_training_bit_identical_over_mpi_and_gloo(
     ranks: int, small_partitions, tmp_path: Path
 ) -> None:
     """One launch per P: mpi and gloo sum to the numpy fixed-order bits; training agrees."""
-    out = tmp_path / "reduce.npz"
-    run_mpi(ranks, [str(WORKER), "reduce", str(small_partitions[ranks]), "mpi,gloo", str(out)], 380)
-    got = np.load(out)
+    got = run_task(
+        comm_worker.reduce,
+        ranks=ranks,
+        out=tmp_path / "reduce.npz",
+        timeout=380,
+        parts=small_partitions[ranks],
+        transports=["mpi", "gloo"],
+    )
     failures = [str(f) for f in got["failures"]]
     assert failures == [], "\n".join(failures)
     lengths = sorted({*REDUCE_LENGTHS, ranks - 1, ranks + 1})

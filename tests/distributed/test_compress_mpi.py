@@ -1,6 +1,6 @@
 """Compressed halo exchange across ranks: P = 2 and 4 over mpi and gloo, and the CLI's JSON.
 
-Each (P, transports) pair is one ``mpirun`` launch of ``compress_worker.py``, which checks on
+Each (P, transports) pair is one ``mpirun`` launch of ``comm_worker.compress``, which checks on
 every rank that every codec delivers ``dequantize(quantize(rows))`` to the right halo slots and
 returns compressed gradients to their owners, that bytes are booked exactly, that ``none`` is
 bit-identical to the default, that evaluation exchanges float32 and that training learns.
@@ -11,22 +11,27 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import comm_worker
 import numpy as np
 import pytest
+from harness import run_task
 from mp_utils import run_mpi
 
 from fullgraph.distributed.compression import record_bytes
 from fullgraph.partition import load_partition
 
-WORKER = Path(__file__).resolve().parents[1] / "compress_worker.py"
-
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_compressed_exchange_on_every_rank(ranks: int, small_partitions, tmp_path: Path) -> None:
-    out = tmp_path / "result.json"
-    run_mpi(ranks, [str(WORKER), str(small_partitions[ranks]), "mpi,gloo", str(out)], 280)
-    result = json.loads(out.read_text())
+    result = run_task(
+        comm_worker.compress,
+        ranks=ranks,
+        out=tmp_path / "result.json",
+        timeout=280,
+        parts=small_partitions[ranks],
+        transports=["mpi", "gloo"],
+    )
     assert result["failures"] == [], "\n".join(result["failures"])
     figures = result["figures"]
     for transport in ("mpi", "gloo"):

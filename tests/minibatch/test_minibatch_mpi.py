@@ -8,72 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import minibatch_worker
 import numpy as np
 import pytest
+from harness import run_task
 from mp_utils import run_mpi
 
 from fullgraph.datasets.ogb_writer import write_ogb
 from fullgraph.datasets.synthetic import generate
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-
-GRADIENT_SCRIPT = """
-import sys
-import numpy as np
-import torch
-from fullgraph.distributed import create_communicator
-from fullgraph.datasets import load
-from fullgraph.distributed.launch import detect_launch
-from fullgraph.minibatch.trainer import MinibatchConfig, MinibatchTrainer
-from fullgraph.minibatch.sampler import global_batches
-
-root, out, transport = sys.argv[1:4]
-torch.set_num_threads(1)
-graph = load("synth-tiny", root)
-comm = create_communicator(transport, detect_launch(), timeout_s=60)
-cfg = MinibatchConfig(fanouts=[5, 3], batch_size=256, hidden=16, dropout=0.5, seed=3)
-trainer = MinibatchTrainer(graph, comm, cfg)
-batch = global_batches(trainer.train_nodes, cfg.batch_size, cfg.seed, 1)[0]
-loss, _ = trainer.gradient(1, 0, batch)
-flat = torch.cat([p.grad.reshape(-1) for p in trainer.model.parameters()])
-if comm.rank == 0:
-    np.save(out, np.append(flat.numpy().astype(np.float64), loss))
-comm.barrier()
-comm.close()
-"""
-
-
-INFERENCE_SCRIPT = """
-import sys
-import numpy as np
-import torch
-from fullgraph.datasets import load
-from fullgraph.distributed import create_communicator
-from fullgraph.distributed.communicator import Communicator
-from fullgraph.distributed.launch import detect_launch
-from fullgraph.minibatch.inference import RowOperator, layerwise_inference, row_range
-from fullgraph.models.gnn import GNN
-
-root, out, transport = sys.argv[1:4]
-torch.set_num_threads(1)
-graph = load("synth-tiny", root, mmap=True)
-comm = create_communicator(transport, detect_launch(), timeout_s=60)
-torch.manual_seed(0)
-# 32 -> 48 aggregates first; 48 -> 8 and 8 -> 6 classes transform first
-model = GNN("sage", graph.num_features, 48, graph.num_classes, 3, 0.0, 0.0)
-model.layers[1] = GNN("sage", 48, 8, 8, 1, 0.0, 0.0).layers[0]
-model.layers[2] = GNN("sage", 8, 8, graph.num_classes, 1, 0.0, 0.0).layers[0]
-model.eval()
-n = graph.num_nodes
-lo, hi = row_range(n, comm.rank, comm.size)
-op = RowOperator.of(graph.indptr, graph.indices, lo, hi)
-np.save(f"{out}.{comm.rank}.npy", layerwise_inference(model, op, graph.x, comm, 37).numpy())
-if comm.rank == 0:
-    whole = RowOperator.of(graph.indptr, graph.indices, 0, n)
-    np.save(f"{out}.whole.npy", layerwise_inference(model, whole, graph.x, Communicator()).numpy())
-comm.barrier()
-comm.close()
-"""
 
 
 @pytest.fixture(scope="module")
@@ -92,28 +36,32 @@ def cli(*args: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def gradient_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    script = tmp_path_factory.mktemp("minibatch-script") / "grad.py"
-    script.write_text(GRADIENT_SCRIPT)
-    return script
-
-
-@pytest.fixture(scope="module")
-def one_rank_gradient(tiny_root, gradient_script) -> np.ndarray:
-    out = gradient_script.parent / "p1.npy"
-    r = run([sys.executable, str(gradient_script), str(tiny_root), str(out), "local"])
-    assert r.returncode == 0, r.stderr
-    return np.load(out)
+def one_rank_gradient(tiny_root, tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
+    out = tmp_path_factory.mktemp("minibatch-p1") / "p1.npy"
+    return run_task(
+        minibatch_worker.gradient,
+        ranks=None,
+        out=out,
+        timeout=150,
+        root=tiny_root,
+        transport="local",
+    )
 
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("transport", ["mpi", "gloo"])
 def test_two_ranks_give_the_first_step_gradient_of_one(
-    tiny_root, gradient_script, one_rank_gradient, tmp_path, transport
+    tiny_root, one_rank_gradient, tmp_path, transport
 ) -> None:
-    two = tmp_path / "p2.npy"
-    run_mpi(2, [str(gradient_script), str(tiny_root), str(two), transport], 200)
-    g1, g2 = one_rank_gradient, np.load(two)
+    g2 = run_task(
+        minibatch_worker.gradient,
+        ranks=2,
+        out=tmp_path / "p2.npy",
+        timeout=200,
+        root=tiny_root,
+        transport=transport,
+    )
+    g1 = one_rank_gradient
     assert np.abs(g1[:-1]).max() > 0
     np.testing.assert_allclose(g2, g1, rtol=1e-5, atol=1e-7)
 
@@ -121,12 +69,16 @@ def test_two_ranks_give_the_first_step_gradient_of_one(
 @pytest.mark.timeout(240)
 def test_two_ranks_infer_the_logits_of_one(tiny_root, tmp_path) -> None:
     # Each rank holds its rows of every layer; the rows travel in broadcast chunks of 37.
-    script = tmp_path / "infer.py"
-    script.write_text(INFERENCE_SCRIPT)
-    out = tmp_path / "logits"
-    run_mpi(2, [str(script), str(tiny_root), str(out), "mpi"], 200)
-    got = np.concatenate([np.load(f"{out}.{r}.npy") for r in range(2)])
-    np.testing.assert_allclose(got, np.load(f"{out}.whole.npy"), rtol=1e-5, atol=1e-6)
+    got = run_task(
+        minibatch_worker.inference,
+        ranks=2,
+        out=tmp_path / "logits.npz",
+        timeout=200,
+        root=tiny_root,
+        transport="mpi",
+    )
+    rows = np.concatenate([got[f"rank/{r}"] for r in range(2)])
+    np.testing.assert_allclose(rows, got["whole"], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.timeout(240)

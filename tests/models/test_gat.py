@@ -27,11 +27,9 @@ from fullgraph.distributed import Communicator  # noqa: E402
 from fullgraph.distributed.halo import HaloPlan, SplitOperator  # noqa: E402
 from fullgraph.errors import ConfigError  # noqa: E402
 from fullgraph.kernels import CSRMatrix  # noqa: E402
-from fullgraph.kernels.edge_softmax import (  # noqa: E402
-    AttentionGraph,
-    attention_keys,
-    edge_attention,
-)
+from fullgraph.kernels.attention_dropout import attention_keys  # noqa: E402
+from fullgraph.kernels.attention_graph import AttentionGraph  # noqa: E402
+from fullgraph.kernels.edge_attention import edge_attention  # noqa: E402
 from fullgraph.models import GNN, GraphContext, layer_class  # noqa: E402
 from fullgraph.models.layers import LayerOptions  # noqa: E402
 from fullgraph.partition import whole_graph_part  # noqa: E402

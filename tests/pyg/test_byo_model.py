@@ -1,6 +1,6 @@
 """Bring your own PyG model: the converted model on P ranks computes what PyG computes on one.
 
-The models (``tests/pyg_worker.py``: the GCN of ``examples/gcn_cora.py``, the GraphSAGE +
+The models (``tests/pyg/pyg_worker.py``: the GCN of ``examples/gcn_cora.py``, the GraphSAGE +
 BatchNorm of ``examples/sage_batchnorm.py``, GAT + per-node LayerNorm) are converted by
 ``fullgraph.pyg.distribute`` and trained three SGD steps on P = 2 and 4 ranks. With dropout off
 their gradients, losses, parameters, BatchNorm statistics and accuracy equal the ORIGINAL PyG
@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from harness import run_task
 from mp_utils import run_mpi
 from torch import nn
 
@@ -33,7 +34,6 @@ from fullgraph.distributed import Communicator  # noqa: E402
 from fullgraph.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER = ROOT / "tests" / "pyg_worker.py"
 EXAMPLES = ROOT / "examples"
 
 
@@ -71,10 +71,10 @@ def test_ranks_equal_one_process(
 ) -> None:
     """P ranks: dropout off = the original PyG model; dropout on = the converted model, on one
     process. ``graph``: every rank holds the graph and ``load_part`` partitions it."""
-    out = tmp_path / "out.npz"
     src = str(small_partitions[ranks]) if source == "parts" else "sbm"
-    run_mpi(ranks, [str(WORKER), src, str(out)], timeout=300)
-    got = dict(np.load(out))
+    got = run_task(
+        pyg_worker.converted, ranks=ranks, out=tmp_path / "out.npz", timeout=300, source=src
+    )
     for key in (k for k in got if k.endswith("same_on_every_rank")):
         assert bool(got[key]), key
     _compare(got, references["original"], "exact")

@@ -46,7 +46,7 @@ from mp_utils import (
 from fullgraph.cli import main as cli_main
 from fullgraph.datasets.ogb_writer import write_ogb
 from fullgraph.datasets.synthetic import generate
-from fullgraph.training.checkpoint import CheckpointDir, read_checkpoint_file
+from fullgraph.run.checkpoint import CheckpointDir, read_checkpoint_file
 
 TRAIN = ["train", "--synthetic", "tiny", "--threads", "1", "--quiet"]
 
@@ -192,7 +192,7 @@ def test_a_checkpoint_replaced_meanwhile_is_not_overwritten(tmp_path: Path) -> N
     ckpt.save({"epoch": 1})
     other = CheckpointDir(tmp_path / "ckpt", 1)  # not rank 0: no lock, like a foreign writer
     from fullgraph.atomic import atomic_write_bytes
-    from fullgraph.training.checkpoint import encode_checkpoint
+    from fullgraph.run.checkpoint import encode_checkpoint
 
     atomic_write_bytes(other.file, encode_checkpoint({"epoch": 7}))
     with pytest.raises(Exception, match="was replaced by someone else"):

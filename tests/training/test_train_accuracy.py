@@ -13,13 +13,14 @@ between the layers, as that example). Published: 83.0% on Cora; target 82.0%.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from mp_utils import WORKER, one_thread, run_mpi
-from mp_worker import accuracy_run
+import train_worker
+from harness import run_task
+from mp_utils import one_thread
+from train_worker import accuracy_run
 
 from fullgraph.datasets import load
 from fullgraph.distributed.communicator import Communicator
@@ -53,20 +54,15 @@ def test_four_ranks_accuracy(tmp_path: Path, shared_dataset) -> None:
         parts.append(tmp_path / name)
         graph = load(name, shared_dataset(name))
         partition_graph(graph, 4, parts[-1], method="metis", seed=0)
-    out = tmp_path / "acc.json"
-    run_mpi(
-        4,
-        [
-            str(WORKER),
-            "accuracy",
-            ",".join(map(str, parts)),
-            "mpi",
-            str(out),
-            ",".join(map(str, SEEDS)),
-        ],
+    result = run_task(
+        train_worker.accuracy,
+        ranks=4,
+        out=tmp_path / "acc.json",
         timeout=380,
+        parts=parts,
+        transports=["mpi"],
+        seeds=SEEDS,
     )
-    result = json.loads(out.read_text())
     for name, path in zip(TARGETS, parts, strict=True):
         accs = result[f"mpi/{path}"]
         assert np.mean(accs) >= TARGETS[name], f"{name} on 4 ranks: test accuracies {accs}"
@@ -86,8 +82,15 @@ def test_gat_four_ranks_accuracy(tmp_path: Path, shared_dataset) -> None:
 
     parts = tmp_path / "cora"
     partition_graph(load("cora", shared_dataset("cora")), 4, parts, method="metis", seed=0)
-    out = tmp_path / "acc.json"
-    seeds = ",".join(map(str, SEEDS))
-    run_mpi(4, [str(WORKER), "accuracy", str(parts), "mpi", str(out), seeds, "gat"], timeout=580)
-    accs = json.loads(out.read_text())[f"mpi/{parts}"]
+    result = run_task(
+        train_worker.accuracy,
+        ranks=4,
+        out=tmp_path / "acc.json",
+        timeout=580,
+        parts=[parts],
+        transports=["mpi"],
+        seeds=SEEDS,
+        model="gat",
+    )
+    accs = result[f"mpi/{parts}"]
     assert np.mean(accs) >= GAT_TARGET, f"cora GAT on 4 ranks: test accuracies {accs}"

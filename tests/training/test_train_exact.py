@@ -1,6 +1,6 @@
 """Distributed training equals one process: P = 1, 2, 4 ranks, mpi and gloo, GCN, SAGE, GAT.
 
-Each (P, transport) is one ``mpirun`` launch running every variant of ``mp_worker.VARIANTS``
+Each (P, transport) is one ``mpirun`` launch running every variant of ``train_worker.VARIANTS``
 (dropout on; with and without the precomputed first aggregation; GAT with attention dropout on,
 exchanging its input and its projected rows, and with ``--norm batch`` and ``--residual``;
 GCN with ``--norm batch``, SAGE with ``--norm layer --residual``; SAGE without receptive-field
@@ -14,8 +14,10 @@ import itertools
 
 import numpy as np
 import pytest
-from mp_utils import WORKER, one_thread, run_mpi
-from mp_worker import VARIANTS, run_variants
+import train_worker
+from harness import run_task
+from mp_utils import one_thread
+from train_worker import VARIANTS, run_variants
 
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.partition import whole_graph_part
@@ -41,14 +43,18 @@ def reference(small_graph) -> dict[str, np.ndarray]:
 def test_distributed_matches_one_process(
     ranks: int, transports: str, small_partitions, reference, tmp_path
 ) -> None:
-    out = tmp_path / "result.npz"
-    parts = str(small_partitions[ranks])
-    run_mpi(ranks, [str(WORKER), "exact", parts, transports, str(out)], 200)
-    result = np.load(out)
+    result = run_task(
+        train_worker.exact,
+        ranks=ranks,
+        out=tmp_path / "result.npz",
+        timeout=200,
+        parts=small_partitions[ranks],
+        transports=transports.split(","),
+    )
     for transport in transports.split(","):
         assert bool(result[f"{transport}/halo_exchange_ok"]), f"HaloExchange on {transport}"
     for transport, (name, _, _) in itertools.product(transports.split(","), VARIANTS):
-        got = {k.split("/", 1)[1]: result[k] for k in result.files if k.startswith(transport)}
+        got = {k.split("/", 1)[1]: result[k] for k in result if k.startswith(transport)}
         np.testing.assert_allclose(
             got[f"{name}/logits"],
             reference[f"{name}/logits"],

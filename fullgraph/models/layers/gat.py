@@ -20,10 +20,11 @@ on every rank):
   (``heads * (width + 1)`` columns): no halo work, and a wide input (bag of words) never moves.
 
 Attention dropout: the mask of edge ``j -> i``, head ``h`` is a counter hash of (seed, epoch,
-layer index, head, global ids of ``i`` and ``j``) (:func:`fullgraph.kernels.edge_softmax.
-attention_keep`; self-loops are edges ``i -> i``), so P ranks drop exactly what one process
-drops. Memory: the edge part (scores, softmax, dropout, weighted sum) is one autograd function
-(:class:`~fullgraph.kernels.edge_softmax.EdgeAttention`) that saves node-level tensors only and
+layer index, head, global ids of ``i`` and ``j``)
+(:func:`~fullgraph.kernels.attention_dropout.attention_keep`; self-loops are edges ``i -> i``),
+so P ranks drop exactly what one process drops. Memory: the edge part (scores, softmax,
+dropout, weighted sum) is one autograd function
+(:class:`~fullgraph.kernels.edge_attention.EdgeAttention`) that saves node-level tensors only and
 recomputes the per-edge ones in the backward pass. The projection and both attention terms come
 from one product with ``[W ; W_src ; W_dst]`` (:meth:`GATLayer.extended_weight`), whose first
 ``heads * (width + 1)`` columns are the rows the attention reads and, on several ranks, the
@@ -42,7 +43,9 @@ from torch import nn
 from fullgraph.config import check_number, check_probability
 from fullgraph.distributed.halo import HaloExchange
 from fullgraph.kernels import CSRMatrix
-from fullgraph.kernels.edge_softmax import AttentionGraph, attention_keys, edge_attention
+from fullgraph.kernels.attention_dropout import attention_keys
+from fullgraph.kernels.attention_graph import AttentionGraph
+from fullgraph.kernels.edge_attention import edge_attention
 from fullgraph.models.context import GraphContext
 from fullgraph.models.layers.base import GraphLayer, LayerOptions, register_layer, times_weight
 

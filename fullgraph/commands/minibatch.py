@@ -1,0 +1,123 @@
+"""``fullgraph minibatch``: the neighbour-sampling GraphSAGE baseline, data-parallel over ranks.
+
+``mpirun -n P fullgraph minibatch --dataset NAME --root DIR --fanouts 15,10,5 --batch-size B``
+reads the whole graph on every rank (memory-mapped, so shared by the ranks of a machine), trains
+with sampled blocks and prints the same per-epoch line (and writes the same JSON fields) as
+``fullgraph train``: both run on the scaffold of :mod:`fullgraph.run.command` and the epochs
+of :mod:`fullgraph.run.epochs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from fullgraph.minibatch.config import MinibatchConfig, MinibatchData
+from fullgraph.run.command import Command, Job
+from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
+
+#: Run options the baseline has no use for (it keeps no checkpoints); its --force is its own.
+_NO_CHECKPOINTS = ("checkpoint", "checkpoint_every", "resume", "force")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``minibatch`` subcommand to the ``fullgraph`` parser."""
+    p = subparsers.add_parser(
+        "minibatch",
+        help="train GraphSAGE with neighbour sampling (the mini-batch baseline)",
+        description=(
+            "Mini-batch GraphSAGE (mean) with uniform neighbour sampling without replacement, "
+            "data-parallel over the ranks of an MPI job (graph read by every rank, memory-mapped "
+            "and shared where the dataset has a processed cache; gradients all-reduced). "
+            "Evaluation is exact layer-wise full-graph inference, each rank holding its rows of "
+            "a layer. Example: "
+            "mpirun -n 2 fullgraph minibatch --dataset cora --root data --fanouts 15,10,5"
+        ),
+    )
+    add_options(
+        p,
+        ("data", MinibatchData, ()),
+        ("model, sampling and optimiser", MinibatchConfig, ()),
+        ("runtime", RuntimeOptions, ("device",)),
+    )
+    outputs = p.add_argument_group("run outputs")
+    RunOptions.add_arguments(outputs, exclude=_NO_CHECKPOINTS)
+    outputs.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the --log-json of an earlier run (only a log fullgraph wrote)",
+    )
+    p.set_defaults(func=MinibatchCommand.main)
+
+
+class MinibatchCommand(Command):
+    """``fullgraph minibatch`` on this rank (CPU only; no checkpoints).
+
+    Attributes:
+        data: the dataset every rank reads.
+        config: model, sampling and optimiser.
+    """
+
+    name = "minibatch"
+
+    def configure(self) -> None:
+        """The shared options (the device is the CPU), then the data and the experiment."""
+        self.runtime = RuntimeOptions.from_args(self.args, device="cpu")
+        self.io = RunOptions.from_args(self.args)
+        self.data = MinibatchData.from_args(self.args)
+        self.config = MinibatchConfig.from_args(self.args)
+
+    def check(self) -> None:
+        """Outputs apart from the dataset; no nccl (the baseline runs on the CPU)."""
+        from fullgraph.datasets.paths import dataset_inputs
+        from fullgraph.errors import ConfigError
+
+        self.io.check_apart_from(dataset_inputs(self.data.dataset, self.data.root))
+        if self.transport == "nccl":
+            raise ConfigError("the mini-batch baseline runs on the CPU: --transport nccl is not "
+                              "available, use mpi or gloo")  # fmt: skip
+
+    def run(self, job: Job) -> dict[str, Any]:
+        """Outputs checked, the dataset loaded, the memory check, then the epochs."""
+        return _train(job, self.data, self.config, self.runtime.memory_check)
+
+
+def _memory_check(job: Job, graph: Any, config: MinibatchConfig, check: str) -> list[str]:
+    if job.comm.rank != 0:
+        return []
+    from fullgraph.memory.plan import check_minibatch
+
+    return check_minibatch(graph, config, job.comm.size, job.info.local_size, check)
+
+
+def _train(
+    job: Job, data: MinibatchData, config: MinibatchConfig, memory_check: str
+) -> dict[str, Any]:
+    """Outputs checked, dataset loaded (both agreed by all ranks), then the epochs."""
+    from fullgraph.datasets import load, require_features
+    from fullgraph.errors import DataError
+    from fullgraph.minibatch.trainer import MinibatchTrainer
+    from fullgraph.run.epochs import final_line
+
+    job.open_outputs()
+
+    def load_graph() -> Any:
+        # the default split, as `fullgraph train`; memory-mapped where the dataset has a
+        # processed cache, so that the ranks of a machine share one copy of the arrays
+        graph = load(data.dataset, data.root, mmap=True)
+        require_features(graph)
+        if not graph.train_mask.any():
+            raise DataError(f"{graph.name}: graph has no training nodes")
+        return graph
+
+    graph = job.agree(load_graph)
+    # the memory check (rank 0), before the model is built: refused, or warned about
+    for line in job.agree(lambda: _memory_check(job, graph, config, memory_check)):
+        print(f"fullgraph minibatch: {line}", file=sys.stderr, flush=True)
+    trainer = MinibatchTrainer(graph, job.comm, config, quiet=job.run.quiet)
+    resolved = {"config": {**config.to_dict(), "quiet": job.run.quiet}, "data": data.dataset}
+    final = trainer.fit(job.start(resolved))
+    if job.comm.rank == 0:
+        print(final_line(final, job.threads), flush=True)
+    return final

@@ -1,0 +1,225 @@
+"""``fullgraph plan``: the predicted peak memory of every rank, before anything runs.
+
+Reads a partition's ``meta.json`` and verifies every part file against its checksum
+(read-only; a failing directory is refused with one line, exit 2), then prints, for every rank,
+the peak the memory model predicts (:mod:`fullgraph.memory.model`) split into its terms, and for
+every node (``--ranks-per-node`` consecutive ranks, as ``mpirun`` places them) whether its ranks
+fit its memory (``--node-memory``, default this machine's). A node that does not fit ends the
+command with one line and exit status 2. The model options are ``fullgraph train``'s own
+(:class:`~fullgraph.training.config.TrainConfig`). Nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+
+from fullgraph.config import Config, number, option
+from fullgraph.errors import ConfigError
+from fullgraph.memory.model import (
+    TERMS,
+    GraphShape,
+    Prediction,
+    check_modelled,
+    current_rss_bytes,
+    measure_floor,
+    predict_quickly,
+)
+from fullgraph.memory.plan import GIB, MIB, machine_memory_bytes, mib, node_fits, ranks_label
+from fullgraph.training.config import TrainConfig
+
+#: Column headings of the terms in the table (same order as :data:`TERMS`).
+SHORT = {
+    "structure": "structure",
+    "features": "features",
+    "saved": "saved",
+    "working": "temporaries",
+    "halo": "halo bufs",
+    "optimizer": "grad+optim",
+    "compression": "residuals",
+    "floor": "floor",
+}
+
+
+@dataclass
+class PlanOptions(Config):
+    """What ``fullgraph plan`` looks at besides the model: the parts and the nodes."""
+
+    parts: str | None = option(None, "partition directory written by `fullgraph partition`")
+    ranks_per_node: int | None = option(
+        None,
+        "ranks on each node, consecutive ranks together (default: all on one node)",
+        check=number(low=1, integer=True, optional=True),
+        metavar="K",
+    )
+    node_memory: float | None = option(
+        None,
+        "memory of one node in GiB (default: this machine's total memory, or this process's "
+        "cgroup limit when lower)",
+        check=number(low=0.0, low_open=True, optional=True),
+        metavar="GIB",
+    )
+    floor_mb: float | None = option(
+        None,
+        "process floor of a rank in MiB (default: measured now, by training the same model "
+        "for two epochs on a 64-node graph in this process)",
+        check=number(low=0.0, optional=True),
+        metavar="MB",
+    )
+
+    def check(self) -> None:
+        """``--parts`` is required."""
+        if not self.parts or not str(self.parts).strip():
+            raise ConfigError(
+                "--parts DIR is required (a directory written by `fullgraph partition`)"
+            )
+
+
+def verified_shape(parts: str) -> GraphShape:
+    """The partition's shape after every file of every part passed its size and checksum.
+
+    Read-only: :func:`fullgraph.partition.format.read_meta` and
+    :func:`~fullgraph.partition.format.check_file` (the loader's own checks).
+
+    Raises:
+        PartitionError: the directory, ``meta.json`` or a part file is missing or corrupted.
+    """
+    from fullgraph.errors import PartitionError
+    from fullgraph.partition.format import (
+        PART_ARRAYS,
+        check_file,
+        file_key,
+        partition_root,
+        read_meta,
+    )
+
+    root = partition_root(parts)
+    meta, _ = read_meta(root)
+    for rank in range(int(meta["num_parts"])):
+        for name in PART_ARRAYS:
+            key = file_key(rank, name)
+            entry = meta["files"].get(key)
+            if entry is None:
+                raise PartitionError(f"{root / 'meta.json'} lists no file {key}")
+            check_file(root, key, entry, verify_checksum=True)
+    return GraphShape.from_meta(meta)
+
+
+def format_table(graph: GraphShape, preds: list[Prediction]) -> list[str]:
+    """One line per rank: sizes, the terms in MiB, the total and where the peak falls."""
+    head = ["rank", "inner", "halo", "edges"] + [SHORT[t] for t in TERMS] + ["total", "peak in"]
+    rows = [head]
+    for part, p in zip(graph.parts, preds, strict=True):
+        rows.append(
+            [str(p.rank), str(part.num_inner), str(part.num_halo), str(part.num_edges)]
+            + [mib(p.terms[t]) for t in TERMS]
+            + [mib(p.total), p.phase]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
+    return [
+        "  ".join(c.rjust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
+        for r in rows
+    ]
+
+
+def describe(cfg: TrainConfig) -> str:
+    """The model in a few words."""
+    comp = f"fwd {cfg.compress_fwd} bwd {cfg.compress_bwd}"
+    if cfg.error_feedback:
+        comp += " + error feedback"
+    return (
+        f"model {cfg.model} L={cfg.layers} H={cfg.hidden}, dropout {cfg.dropout} (input "
+        f"{cfg.resolved_input_dropout()}), exchange buffer {cfg.exchange_buffer_mb:g} MiB, "
+        f"compression {comp}"
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``plan`` subcommand."""
+    p = subparsers.add_parser(
+        "plan",
+        help="predict every rank's peak memory for a partition and model, before running",
+        description=(
+            "Predicted peak training memory of every rank, term by term, and whether the "
+            "ranks of each node fit its memory. Reads the partition's sizes (every file is "
+            "checked against its checksum) and measures the process floor by training the "
+            "same model for two epochs on a 64-node graph in this process (seconds; "
+            "--floor-mb gives it instead); nothing is written."
+        ),
+    )
+    from fullgraph.run.options import add_options
+
+    plan = p.add_argument_group("plan")
+    plan.add_argument(
+        "--parts",
+        required=True,
+        metavar="DIR",
+        help="partition directory written by `fullgraph partition` (or its meta.json)",
+    )
+    PlanOptions.add_arguments(plan, exclude=("parts",))
+    add_options(p, ("model and optimiser", TrainConfig, ("epochs",)))
+    p.set_defaults(func=run_plan)
+
+
+def _floor(cfg: TrainConfig, graph: GraphShape, ranks_per_node: int) -> int:
+    """The process floor measured in this process, set up as a rank would be."""
+    from fullgraph.resources import process_defaults, release_freed_memory
+
+    process_defaults()
+    import numba
+    import torch
+
+    release_freed_memory()
+    threads = max(1, (os.cpu_count() or 1) // ranks_per_node)
+    torch.set_num_threads(threads)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    if graph.num_parts > 1:
+        try:  # a rank of a multi-rank job has MPI started
+            from mpi4py import MPI  # noqa: F401
+        except ImportError:
+            pass
+    return measure_floor(cfg, graph.num_features, graph.num_classes)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Handler of ``fullgraph plan``; returns the exit status."""
+    opts = PlanOptions.from_args(args)
+    cfg = TrainConfig.from_args(args)
+    check_modelled(cfg)
+    graph = verified_shape(opts.parts)
+    per_node = opts.ranks_per_node or graph.num_parts
+    node_memory = int(opts.node_memory * GIB) if opts.node_memory else machine_memory_bytes()
+    if opts.floor_mb is not None:
+        floor, source = int(opts.floor_mb * MIB), "given"
+    else:  # the probe runs the model: not one whose sizes cannot fit (--hidden 10000000)
+        floor, source = current_rss_bytes(), "this process now; not measured, a node cannot fit"
+        if all(nf.fits for nf in node_fits(predict_quickly(graph, cfg, floor), per_node,
+                                           node_memory)):  # fmt: skip
+            floor, source = _floor(cfg, graph, per_node), "measured"
+    preds = predict_quickly(graph, cfg, floor)
+    print(
+        f"fullgraph plan: {graph.dataset}, {graph.num_parts} part(s) ({opts.parts}), "
+        f"{describe(cfg)}; process floor {mib(floor)} MiB ({source})"
+    )
+    print("predicted peak resident memory per rank, MiB:")
+    for line in format_table(graph, preds):
+        print("  " + line)
+    fits = node_fits(preds, per_node, node_memory)
+    for nf in fits:
+        verdict = "fits" if nf.fits else "does NOT fit"
+        print(
+            f"node {nf.node} ({ranks_label(nf.ranks)}): {nf.need / GIB:.2f} GiB of "
+            f"{nf.have / GIB:.2f} GiB: {verdict}"
+        )
+    sys.stdout.flush()
+    bad = [nf for nf in fits if not nf.fits]
+    if bad:
+        worst = max(bad, key=lambda nf: nf.need - nf.have)
+        raise ConfigError(
+            f"does not fit: node {worst.node} ({ranks_label(worst.ranks)}) needs "
+            f"{worst.need / GIB:.2f} GiB of {worst.have / GIB:.2f} GiB; use more ranks, "
+            f"fewer per node (--ranks-per-node), a narrower model or halo compression"
+        )
+    return 0

@@ -1,0 +1,167 @@
+"""``fullgraph train``: full-batch training, one process or ``mpirun -n P`` ranks.
+
+With ``--parts DIR`` every rank loads its own part (the rank count must equal the part count);
+with ``--dataset NAME --root DIR`` (or ``--synthetic PRESET``) one process trains on the whole
+graph, the reference every distributed run matches. The options are generated from
+:class:`~fullgraph.training.config.TrainData`, :class:`~fullgraph.training.config.TrainConfig`
+and the shared :class:`~fullgraph.run.options.RuntimeOptions` /
+:class:`~fullgraph.run.options.RunOptions`; :class:`TrainCommand` runs on the scaffold of
+:class:`~fullgraph.run.command.Command`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from fullgraph.atomic import Place
+from fullgraph.partition import Partition, PartitionDir
+from fullgraph.run.command import Command, Job
+from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
+from fullgraph.training.config import TrainConfig, TrainData
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``train`` subcommand."""
+    p = subparsers.add_parser(
+        "train",
+        help="train GCN / GraphSAGE / GAT full-batch (mpirun -n P for P ranks)",
+        description=(
+            "Full-batch GNN training with the exact full-graph gradient. Distributed: "
+            "`mpirun -n P fullgraph train --parts DIR ...` (P = parts). One process: "
+            "`fullgraph train --dataset cora --root DATA ...`."
+        ),
+    )
+    add_options(
+        p,
+        ("data (one of)", TrainData, ()),
+        ("model and optimiser", TrainConfig, ()),
+        ("runtime", RuntimeOptions, ()),
+        ("run outputs", RunOptions, ()),
+    )
+    p.set_defaults(func=TrainCommand.main)
+
+
+class TrainCommand(Command):
+    """``fullgraph train`` on this rank.
+
+    Attributes:
+        data: what the run trains on (parts or a whole graph).
+        config: the experiment.
+        parts: the partition directory, its ``meta.json`` read once (``--parts``), or ``None``.
+    """
+
+    name = "train"
+
+    def configure(self) -> None:
+        """The shared options, then the data and the experiment."""
+        super().configure()
+        self.data = TrainData.from_args(self.args)
+        self.config = TrainConfig.from_args(self.args)
+        self.parts: PartitionDir | None = None
+
+    def check(self) -> None:
+        """The rank count against the part count (``meta.json``, read here for the whole run);
+        the outputs apart from the inputs."""
+        from fullgraph.errors import ConfigError
+
+        size = self.launch.size
+        if self.data.parts:
+            self.parts = PartitionDir.open(self.data.parts)
+            self.parts.check_ranks(size, f"run `mpirun -n {self.parts.num_parts}`")
+        elif size > 1:
+            raise ConfigError(f"{size} ranks need --parts (the whole graph trains in one process)")
+        self.io.check_apart_from(self._inputs())
+
+    def _inputs(self) -> list[Place]:
+        """What the run reads, for the outputs' overlap check: its partition or dataset."""
+        if self.parts is not None:
+            return [Place(self.parts.root, f"--parts {self.data.parts}", "the partition")]
+        if self.data.dataset:
+            from fullgraph.datasets.paths import dataset_inputs
+
+            return dataset_inputs(self.data.dataset, self.data.root)
+        return []
+
+    def _load_part(self, rank: int) -> Partition:
+        """This rank's part, or the whole graph as the one part of a one-process run."""
+        from fullgraph.partition import load_partition, whole_graph_part
+
+        if self.parts is not None:
+            return load_partition(
+                self.parts, rank, mmap=False, verify_checksums=not self.data.no_verify
+            )
+        if self.data.synthetic:
+            from fullgraph.datasets.synthetic import generate
+
+            return whole_graph_part(generate(self.data.synthetic, seed=self.config.seed))
+        from fullgraph.datasets import load
+
+        return whole_graph_part(load(self.data.dataset, self.data.root))
+
+    def run(self, job: Job) -> dict[str, Any]:
+        """Outputs checked, the memory plan, the part, the trainer, the epochs."""
+        from fullgraph.memory.model import GraphShape
+        from fullgraph.memory.plan import StartupPlan
+        from fullgraph.run.epochs import final_line
+        from fullgraph.training.trainer import Trainer
+        from fullgraph.watchdog import phase  # start-up phases: bounded by --timeout, named
+
+        comm, data, cfg = job.comm, self.data, self.config
+        job.open_outputs()
+        # the memory plan (rank 0): the sizes checked before anything is allocated by them
+        plan = StartupPlan(cfg, self.runtime.memory_check, job.info.local_size if data.parts else 1)
+        shape = None
+        if self.parts is not None:  # the sizes are in meta.json: checked before any part loads
+            shape = GraphShape.from_meta(self.parts.meta) if comm.rank == 0 else None
+            job.agree(lambda: plan.check_sizes(shape) if shape is not None else None)
+            if comm.rank == 0:
+                with phase("memory probe"):
+                    plan.measure_floor(shape.num_features, shape.num_classes)
+        with phase("part loading"):
+            part = job.agree(lambda: self._load_part(comm.rank))
+        if self.parts is None:  # one process: the sizes are known once the graph is loaded
+            shape = GraphShape.from_part(part, data.label)
+            plan.check_sizes(shape)
+            with phase("memory probe"):
+                plan.measure_floor(shape.num_features, shape.num_classes)
+        plan_lines = job.agree(lambda: plan.report(shape) if shape is not None else [])
+        for line in plan_lines:  # a warning before the model is built (--memory-check warn)
+            if line.startswith("warning:"):
+                print(f"fullgraph train: {line}", file=sys.stderr, flush=True)
+        with phase("model set-up"):
+            trainer = Trainer(part, comm, cfg, job.run, checkpoints=job.checkpoints,
+                              device=job.device)  # fmt: skip
+        partition_hash = part.partition_hash
+        del part  # the trainer holds what it trains on; the rest of the part's arrays go
+        if job.run.resume:
+            with phase("checkpoint loading"):
+                job.agree(trainer.resume)
+        resolved = {
+            "config": trainer.resolved_config(),
+            "data": data.label,
+            "partition_hash": partition_hash,
+        }
+        log = job.start(resolved, trainer.start_epoch)
+        quiet = job.run.quiet
+        if comm.rank == 0 and not quiet:
+            print(
+                f"fullgraph train: {comm.size} rank(s), transport {comm.transport}, "
+                f"{job.threads} thread(s)/rank, model {cfg.model} L={cfg.layers} "
+                f"H={cfg.hidden}, epochs {trainer.start_epoch}..{cfg.epochs}, halo compression "
+                f"fwd {cfg.compress_fwd} bwd {cfg.compress_bwd}"
+                f"{' + error feedback' if cfg.error_feedback else ''}",
+                flush=True,
+            )
+        graphs = trainer.ctx.train_graphs
+        if comm.rank == 0 and not quiet and graphs is not None:
+            for i, graph in enumerate(graphs):
+                print(f"receptive field: {graph.describe(i)}", flush=True)
+        for line in plan_lines:  # the prediction with the other start lines
+            if not line.startswith("warning:") and not quiet:
+                print(line, flush=True)
+        final = trainer.fit(log)
+        if comm.rank == 0:
+            print(final_line(final, job.threads), flush=True)
+        return final

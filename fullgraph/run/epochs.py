@@ -1,0 +1,236 @@
+"""The epoch skeleton shared by the full-batch trainer and the mini-batch baseline.
+
+What the two have in common lives here, so that their comparison is like for like: the
+gradient reduction (one fixed-order all-reduce of every gradient and the loss, then a stop on a
+non-finite value), accuracy counting over all ranks, the epoch record (times as the maximum over
+ranks, bytes summed), best-validation tracking, the per-epoch line and JSON object, and the
+final record. A trainer derives from :class:`EpochLoop` and supplies only how an epoch trains
+(:meth:`EpochLoop.train_epoch`) and how it predicts (:meth:`EpochLoop.evaluate`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fullgraph.errors import TrainingDiverged, mark_replicated
+from fullgraph.resources import peak_rss_mb
+from fullgraph.run.log import append_record, write_epoch
+
+SPLITS = ("train", "val", "test")
+
+
+def check_finite(reduced: torch.Tensor, epoch: int, what: str = "epoch") -> None:
+    """Stop training when the all-reduced gradients or loss (last entry) are not finite.
+
+    Every rank holds the same reduced vector, so every rank raises alike, before the optimiser
+    step and before any checkpoint of this epoch: the last good checkpoint is kept.
+
+    Raises:
+        TrainingDiverged: a NaN or infinite loss or gradient.
+    """
+    if bool(torch.isfinite(reduced).all()):
+        return
+    loss = float(reduced[-1])
+    part = f"the loss is {loss}" if not torch.isfinite(reduced[-1]) else "a gradient is not finite"
+    raise mark_replicated(
+        TrainingDiverged(
+            f"{what} {epoch}: {part}; training stopped before the update (the last checkpoint, "
+            f"if any, is kept). Lower --lr, check the features, or resume from the checkpoint"
+        )
+    )
+
+
+def reduce_gradients(
+    params: list[torch.nn.Parameter], loss: torch.Tensor, comm: Any, epoch: int, what: str
+) -> float:
+    """Sum every rank's gradients and loss in one all-reduce, in place; the global loss.
+
+    Args:
+        params: the model's parameters (their ``.grad`` is replaced by the sum over ranks).
+        loss: this rank's share of the loss (already divided by the global count).
+        comm: the communicator.
+        epoch: the epoch, for the divergence message.
+        what: ``epoch`` or ``batch i of epoch``, for the divergence message.
+
+    Raises:
+        TrainingDiverged: the summed loss or a summed gradient is not finite.
+    """
+    flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
+    comm.allreduce_(flat, "sum", tag="reduce")
+    check_finite(flat, epoch, what)
+    offset = 0
+    for p in params:
+        p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+        offset += p.numel()
+    return float(flat[-1])
+
+
+def accuracies(
+    pred: torch.Tensor, y: torch.Tensor, masks: dict[str, torch.Tensor], comm: Any
+) -> dict[str, float]:
+    """Train / val / test accuracy over all ranks from this rank's predictions.
+
+    Args:
+        pred: predicted classes of this rank's rows.
+        y: their labels.
+        masks: ``train``/``val``/``test`` boolean masks of the same rows.
+        comm: the communicator (one all-reduce of the counts).
+    """
+    correct = pred == y
+    counts = []
+    for name in SPLITS:
+        m = masks[name]
+        counts += [float(correct[m].sum()), float(m.sum())]
+    t = comm.allreduce_(torch.tensor(counts, dtype=torch.float64), "sum", tag="metrics")
+    return {f"{n}_acc": float(t[2 * i] / max(t[2 * i + 1], 1.0)) for i, n in enumerate(SPLITS)}
+
+
+@dataclass
+class EpochStats:
+    """What one epoch's training did on this rank (seconds and counts).
+
+    ``comm_s`` is halo-exchange waiting (full batch), ``sample_s`` neighbour sampling (mini
+    batch), ``codec_s`` encoding and decoding compressed halos; ``compute_s`` is the rest.
+    """
+
+    loss: float = 0.0
+    seconds: float = 0.0
+    comm_s: float = 0.0
+    reduce_s: float = 0.0
+    sample_s: float = 0.0
+    codec_s: float = 0.0
+    steps: int = 0
+    sampled_edges: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class EpochLoop:
+    """The epochs of a run: train, evaluate when due, record, log, hook.
+
+    A subclass sets :attr:`comm`, :attr:`epochs`, :attr:`eval_every`, :attr:`quiet` and
+    implements :meth:`train_epoch` and :meth:`evaluate`; it may override :meth:`after_epoch`
+    (checkpoints), :meth:`record_extra` and :meth:`final_extra` (its own fields).
+    """
+
+    comm: Any
+    epochs: int
+    eval_every: int
+    quiet: bool = False
+
+    def __init__(self) -> None:
+        self.start_epoch = 1
+        self.history: dict[str, Any] = {"best_val_acc": -1.0, "test_at_best": 0.0, "epoch_s": []}
+
+    # -- what a trainer supplies -------------------------------------------------------------
+    def train_epoch(self, epoch: int) -> EpochStats:
+        """One epoch of training on this rank."""
+        raise NotImplementedError
+
+    def evaluate(self) -> dict[str, float]:
+        """``train_acc``, ``val_acc``, ``test_acc`` over all ranks (a collective)."""
+        raise NotImplementedError
+
+    def before_epoch(self, epoch: int) -> None:
+        """Called before every epoch (fault injection in tests)."""
+
+    def after_epoch(self, epoch: int) -> None:
+        """Called after every epoch is logged (checkpoints)."""
+
+    def record_extra(self, stats: EpochStats, maxes: dict[str, float]) -> dict[str, Any]:
+        """Fields of this trainer's epoch record beyond the shared ones."""
+        return {}
+
+    def final_extra(self) -> dict[str, Any]:
+        """Fields of this trainer's final record beyond the shared ones."""
+        return {}
+
+    # -- the skeleton ------------------------------------------------------------------------
+    def epoch_record(self, epoch: int, stats: EpochStats, acc: dict, eval_s: float,
+                     bytes0: int, halo0: int) -> dict[str, Any]:  # fmt: skip
+        """The epoch's record: times as the maximum over ranks, bytes and samples summed."""
+        comm = self.comm
+        sums = comm.allreduce_(
+            torch.tensor(
+                [
+                    sum(comm.bytes_sent.values()) - bytes0,
+                    comm.bytes_sent["halo"] - halo0,
+                    stats.sampled_edges,
+                ],
+                dtype=torch.float64,
+            ),
+            "sum",
+            tag="metrics",
+        )
+        compute_s = stats.seconds - stats.comm_s - stats.sample_s - stats.reduce_s
+        names = ("epoch_s", "compute_s", "comm_s", "reduce_s", "eval_s", "sample_s", "codec_s")
+        local = [stats.seconds, compute_s, stats.comm_s, stats.reduce_s, eval_s, stats.sample_s]
+        local += [stats.codec_s, peak_rss_mb()]
+        m = comm.allreduce_(torch.tensor(local, dtype=torch.float64), "max", tag="metrics")
+        maxes = {name: float(m[i]) for i, name in enumerate(names)}
+        rec: dict[str, Any] = {"epoch": epoch, "loss": stats.loss, **acc}
+        rec.update({k: maxes[k] for k in ("epoch_s", "compute_s", "comm_s", "reduce_s")})
+        rec["eval_s"] = maxes["eval_s"]
+        rec["comm_bytes"] = int(sums[0])
+        rec["halo_bytes"] = int(sums[1])
+        rec["peak_rss_mb"] = round(float(m[-1]), 1)
+        rec.update(self.record_extra(stats, {**maxes, "sampled_edges": float(sums[2])}))
+        return rec
+
+    def fit(self, log: Any | None = None) -> dict[str, Any]:
+        """Run the epochs; rank 0 prints a line per epoch and writes JSON lines to ``log``.
+
+        Args:
+            log: an open text file for JSON lines (rank 0), or ``None``.
+
+        Returns:
+            The final summary (``best_val_acc``, ``test_acc`` at the best validation epoch,
+            ``median_epoch_s``, ...), the same on every rank.
+        """
+        comm = self.comm
+        for epoch in range(self.start_epoch, self.epochs + 1):
+            self.before_epoch(epoch)
+            bytes0, halo0 = sum(comm.bytes_sent.values()), comm.bytes_sent["halo"]
+            stats = self.train_epoch(epoch)
+            t_eval = time.perf_counter()
+            acc = {}
+            if epoch % self.eval_every == 0 or epoch == self.epochs:
+                acc = self.evaluate()
+            eval_s = time.perf_counter() - t_eval
+            rec = self.epoch_record(epoch, stats, acc, eval_s, bytes0, halo0)
+            self.history["epoch_s"].append(rec["epoch_s"])
+            if acc and acc["val_acc"] > self.history["best_val_acc"]:
+                self.history["best_val_acc"] = acc["val_acc"]
+                self.history["test_at_best"] = acc["test_acc"]
+                self.history["best_epoch"] = epoch
+            self.history.setdefault("losses", []).append(stats.loss)
+            if comm.rank == 0:
+                write_epoch(rec, log, self.quiet)
+            self.after_epoch(epoch)
+        final = {
+            "final": True,
+            "epochs": self.epochs,
+            "best_val_acc": self.history["best_val_acc"],
+            "test_acc": self.history["test_at_best"],
+            "best_epoch": self.history.get("best_epoch"),
+            "median_epoch_s": statistics.median(self.history["epoch_s"] or [0.0]),
+            "ranks": comm.size,
+            "transport": comm.transport,
+            **self.final_extra(),
+        }
+        if comm.rank == 0 and log is not None:
+            append_record(final, log)
+        return final
+
+
+def final_line(final: dict[str, Any], threads: int) -> str:
+    """The one line both commands print at the end of a run (rank 0)."""
+    return (
+        f"final: best val {final['best_val_acc']:.4f} (epoch {final['best_epoch']}), test at "
+        f"best val {final['test_acc']:.4f}, median epoch {final['median_epoch_s'] * 1e3:.1f} ms, "
+        f"{final['ranks']} rank(s) x {threads} thread(s)"
+    )

@@ -1,0 +1,29 @@
+"""The case tables, one per family, in the order the sweep runs them."""
+
+from __future__ import annotations
+
+from ..records import Row
+from .bad_files import BAD_FILES
+from .bad_outputs import BAD_OUTPUTS
+from .bounded_phases import BOUNDED_PHASES
+from .clear_errors import CLEAR_ERRORS
+from .debris import DEBRIS
+from .earlier_results import EARLIER_RESULTS
+from .force import FORCE, FORCE_CONTROL
+from .inputs_launch import INPUTS_LAUNCH
+from .memory import OUT_OF_MEMORY, SIZES
+
+#: Every table; the first five are the first sweep, the rest the second (issue 22).
+TABLES: list[list[Row]] = [
+    EARLIER_RESULTS,
+    BAD_FILES,
+    BAD_OUTPUTS,
+    DEBRIS,
+    INPUTS_LAUNCH,
+    FORCE,
+    BOUNDED_PHASES,
+    SIZES,
+    OUT_OF_MEMORY,
+    CLEAR_ERRORS,
+    FORCE_CONTROL,
+]

@@ -1,0 +1,163 @@
+"""Worker of ``tests/pyg/test_byo_model.py``: PyG models converted by ``fullgraph.pyg``.
+
+``converted --source SOURCE`` (run by :func:`harness.run_task`, result ``.npz``): ``SOURCE`` is
+a partition directory, or ``sbm`` (every rank builds the tests' default graph and ``load_part``
+partitions it in memory). Every model of :data:`MODELS` is converted and trained :data:`STEPS`
+SGD steps, with dropout off (``exact``: compared with the original PyG model on one process)
+and on (``dropout``: compared with the converted model on one process); rank 0 saves the
+gradients of the first step, the losses, the parameters and buffers after the last step and the
+validation accuracy, and whether every rank holds the same parameters.
+
+The tests call :func:`run_converted` and :func:`run_original` in-process for the references.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from harness import Tasks, main
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+from gcn_cora import GCN
+from sage_batchnorm import SAGEBatchNorm
+
+from fullgraph import pyg
+from fullgraph.models import layer_kinds
+
+STEPS = 3
+#: mode -> drop probability (node dropout and GAT attention dropout)
+MODES = {"exact": 0.0, "dropout": 0.5}
+
+
+class GATLayerNorm(nn.Module):
+    """``conv2(drop(elu(norm(conv1(x)))))``: GATConv with 2 heads, per-node LayerNorm.
+
+    Args:
+        in_channels: input features.
+        out_channels: classes.
+        p: node and attention dropout.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, p: float) -> None:
+        from torch_geometric.nn import GATConv, LayerNorm
+
+        super().__init__()
+        self.conv1 = GATConv(in_channels, 8, heads=2, dropout=p)
+        self.norm = LayerNorm(16, mode="node")
+        self.drop = nn.Dropout(p)
+        self.conv2 = GATConv(16, out_channels, heads=1, concat=False, dropout=p)
+
+    def forward(self, x: torch.Tensor, edge_index: Any) -> torch.Tensor:
+        """Logits of every node."""
+        x = F.elu(self.norm(self.conv1(x, edge_index)))
+        return self.conv2(self.drop(x), edge_index)
+
+
+def models() -> tuple[str, ...]:
+    """The models tested (``gat_ln`` where the ``gat`` layer kind exists)."""
+    return ("gcn", "sage_bn", "gat_ln") if "gat" in layer_kinds() else ("gcn", "sage_bn")
+
+
+def build(name: str, in_channels: int, classes: int, p: float) -> nn.Module:
+    """Model ``name``, initialised from seed 0."""
+    torch.manual_seed(0)
+    if name == "gcn":
+        return GCN(in_channels, 16, classes, p)
+    if name == "sage_bn":
+        return SAGEBatchNorm(in_channels, 16, classes, p)
+    return GATLayerNorm(in_channels, classes, p)
+
+
+def train(
+    model: nn.Module,
+    data: Any,
+    loss_fn: Callable[[torch.Tensor], torch.Tensor],
+    accuracy: Callable[[torch.Tensor], float],
+) -> dict[str, np.ndarray]:
+    """:data:`STEPS` SGD steps; first gradients, losses, final parameters, buffers, accuracy.
+
+    SGD with momentum (linear in the gradients): Adam would turn the rounding noise of the
+    gradients that are zero in exact arithmetic (a bias before BatchNorm) into full steps.
+    """
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    out: dict[str, np.ndarray] = {}
+    losses = []
+    for step in range(STEPS):
+        model.train()
+        opt.zero_grad()
+        loss = loss_fn(model(data.x, data.edge_index))
+        loss.backward()
+        if step == 0:
+            grads = [p.grad.reshape(-1) for p in model.parameters()]
+            out["grads"] = torch.cat(grads).detach().numpy().copy()
+        opt.step()
+        losses.append(loss.item())
+    out["losses"] = np.asarray(losses)
+    out["params"] = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+    buffers = [b.reshape(-1).double() for b in model.buffers() if b.dtype.is_floating_point]
+    out["buffers"] = torch.cat(buffers).numpy() if buffers else np.zeros(0)
+    model.eval()
+    with torch.no_grad():
+        out["val_acc"] = np.asarray(accuracy(model(data.x, data.edge_index)))
+    return out
+
+
+def run_converted(data: Any) -> dict[str, np.ndarray]:
+    """Every model and mode converted for ``data`` (a part from ``load_part``)."""
+    results: dict[str, np.ndarray] = {}
+    for name in models():
+        for mode, p in MODES.items():
+            model = pyg.distribute(build(name, data.num_features, data.num_classes, p), data)
+            got = train(
+                model,
+                data,
+                lambda out: pyg.loss(out, data),
+                lambda out: pyg.accuracy(out, data, data.val_mask),
+            )
+            params = data.fullgraph.comm.allgather_object(got["params"].tobytes())
+            got["same_on_every_rank"] = np.asarray(len(set(params)) == 1)
+            results.update({f"{name}/{mode}/{k}": v for k, v in got.items()})
+    return results
+
+
+def run_original(data: Any) -> dict[str, np.ndarray]:
+    """Every model of :data:`MODELS` unconverted, dropout off, on the whole PyG ``data``."""
+    results: dict[str, np.ndarray] = {}
+    m = data.train_mask
+
+    def accuracy(out: torch.Tensor) -> float:
+        v = data.val_mask
+        return float((out.argmax(-1)[v] == data.y[v]).sum()) / float(v.sum())
+
+    for name in models():
+        model = build(name, data.num_features, data.num_classes, 0.0)
+        got = train(model, data, lambda out: F.cross_entropy(out[m], data.y[m]), accuracy)
+        results.update({f"{name}/exact/{k}": v for k, v in got.items()})
+    return results
+
+
+TASKS = Tasks()
+
+
+@TASKS.task
+def converted(*, source: str) -> dict[str, np.ndarray]:
+    """:func:`run_converted` on the part of ``source`` (a partition directory, or ``sbm``)."""
+    if source == "sbm":
+        from conftest import build_sbm_graph
+
+        data = pyg.load_part(build_sbm_graph(), threads=1)
+    else:
+        data = pyg.load_part(source, threads=1)
+    return run_converted(data)
+
+
+if __name__ == "__main__":
+    sys.exit(main(TASKS))
