@@ -17,8 +17,9 @@ from fullgraph.minibatch.config import MinibatchConfig, MinibatchData
 from fullgraph.run.command import Command, Job
 from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
 
-#: Run options the baseline has no use for (it keeps no checkpoints); its --force is its own.
-_NO_CHECKPOINTS = ("checkpoint", "checkpoint_every", "resume", "force")
+#: Run options the baseline has no use for (it keeps no checkpoints and writes no model file);
+#: its --force is its own.
+_NO_CHECKPOINTS = ("checkpoint", "checkpoint_every", "resume", "force", "save_model")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

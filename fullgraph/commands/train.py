@@ -53,6 +53,7 @@ class TrainCommand(Command):
     """
 
     name = "train"
+    writes_model = True
 
     def configure(self) -> None:
         """The shared options, then the data and the experiment."""
@@ -72,7 +73,7 @@ class TrainCommand(Command):
             self.parts.check_ranks(size, f"run `mpirun -n {self.parts.num_parts}`")
         elif size > 1:
             raise ConfigError(f"{size} ranks need --parts (the whole graph trains in one process)")
-        self.io.check_apart_from(self._inputs())
+        self.io.check_apart_from(self._inputs(), model=True)
 
     def _inputs(self) -> list[Place]:
         """What the run reads, for the outputs' overlap check: its partition or dataset."""
@@ -133,6 +134,7 @@ class TrainCommand(Command):
         with phase("model set-up"):
             trainer = Trainer(part, comm, cfg, job.run, checkpoints=job.checkpoints,
                               device=job.device)  # fmt: skip
+        trainer.data_label = data.label
         partition_hash = part.partition_hash
         del part  # the trainer holds what it trains on; the rest of the part's arrays go
         if job.run.resume:
@@ -164,4 +166,7 @@ class TrainCommand(Command):
         final = trainer.fit(log)
         if comm.rank == 0:
             print(final_line(final, job.threads), flush=True)
+            model = job.run.model_path()
+            if model is not None and model.is_file() and not quiet:
+                print(f"model (best validation, epoch {final['best_epoch']}): {model}", flush=True)
         return final

@@ -7,55 +7,43 @@ residuals of compressed halo exchanges) goes to one file per rank and epoch,
 ``<dir>/rank-<r>-epoch-<e>.pt``, written before ``checkpoint.pt`` names epoch ``e``; older ones
 are removed once a newer checkpoint is complete.
 
-File format: a header line ``FULLGRAPH-CHECKPOINT 2 sha256=<64 hex digits>`` followed by the
-bytes of ``torch.save(state)``; :func:`read_checkpoint_file` checks the digest before unpickling,
-so a flipped bit is an error instead of a weight of -3.7e37. Files are replaced atomically
-(temporary file, fsync, rename).
+File format (3): the zip archive of ``torch.save(state)`` whose archive comment carries its
+sha256 (:mod:`fullgraph.run.torch_file`): ``torch.load(path, weights_only=True)`` opens it as it
+is, and :func:`read_checkpoint_file` checks the digest before unpickling, so a flipped bit is an
+error instead of a weight of -3.7e37. Format-2 files (a header line before the archive) are
+still read. Files are replaced atomically (temporary file, fsync, rename).
 
 :class:`CheckpointDir` guards the directory for the run: rank 0 holds an exclusive lock on
 ``<dir>/.lock`` (a second run on the same directory is refused at once), a fresh run refuses a
 directory that holds a checkpoint unless ``--force`` (or ``--resume``), and every save first
 checks that ``checkpoint.pt`` is still the file this run last wrote or resumed from. Files of
-these names that fullgraph did not write (no header, a foreign ``.lock``) are never overwritten,
-``--force`` or not (:data:`CHECKPOINT`, :data:`LOCK`).
+these names that fullgraph did not write (no fullgraph checksum, a foreign ``.lock``) are never
+overwritten, ``--force`` or not (:data:`CHECKPOINT`, :data:`LOCK`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
-import io
 import os
 import re
 import socket
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from fullgraph.atomic import OutputKind, atomic_write_bytes, check_output, is_plain_file
 from fullgraph.errors import ConfigError, mark_replicated
+from fullgraph.run.torch_file import encode_torch_file, not_a_torch_file, read_torch_file
 
 CHECKPOINT_NAME = "checkpoint.pt"
 LOCK_NAME = ".lock"
-_MAGIC = b"FULLGRAPH-CHECKPOINT 2 sha256="
-_HEADER_LEN = len(_MAGIC) + 64 + 1
-#: How every checkpoint file fullgraph wrote begins (any format version).
-_MAGIC_ANY_VERSION = b"FULLGRAPH-CHECKPOINT "
 _LOCK_TEXT = re.compile(rb"(pid \d+ on [^\n]*\n?)?")
 
 
 def _not_a_checkpoint(path: Path) -> str | None:
-    """``None`` for a file that begins with the checkpoint header (a checkpoint fullgraph
-    wrote, whole or not), else why not."""
-    if not is_plain_file(path):
-        return "it is not a regular file"
-    with open(path, "rb") as f:
-        head = f.read(len(_MAGIC_ANY_VERSION))
-    if head != _MAGIC_ANY_VERSION:
-        return f"it has no {_MAGIC_ANY_VERSION.decode().strip()} header"
-    return None
+    """``None`` for a file that carries fullgraph's checksum (a checkpoint fullgraph wrote,
+    whole or not; any format version), else why not."""
+    return not_a_torch_file(path)
 
 
 def _not_a_lock(path: Path) -> str | None:
@@ -97,18 +85,12 @@ MODEL_KEYS = (
 
 
 def encode_checkpoint(state: dict[str, Any]) -> bytes:
-    """The file bytes of ``state``: checksummed header, then ``torch.save`` output."""
-    buf = io.BytesIO()
-    buf.write(b"\0" * _HEADER_LEN)
-    torch.save(state, buf)
-    data = buf.getbuffer()
-    digest = hashlib.sha256(data[_HEADER_LEN:]).hexdigest().encode()
-    data[:_HEADER_LEN] = _MAGIC + digest + b"\n"
-    del data
-    return buf.getvalue()
+    """The file bytes of ``state``: ``torch.save`` output with the checksum comment
+    (:func:`~fullgraph.run.torch_file.encode_torch_file`)."""
+    return encode_torch_file(state)
 
 
-def read_checkpoint_file(path: str | Path, *, weights_only: bool = False) -> dict[str, Any]:
+def read_checkpoint_file(path: str | Path, *, weights_only: bool = True) -> dict[str, Any]:
     """Read a checkpoint file written by fullgraph, checking its sha256 first.
 
     Args:
@@ -122,29 +104,9 @@ def read_checkpoint_file(path: str | Path, *, weights_only: bool = False) -> dic
         ConfigError: the file is missing, unreadable, of another format, fails its checksum or
             cannot be unpickled.
     """
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read checkpoint {path} ({exc.strerror})") from None
-    view = memoryview(raw)
-    if not raw.startswith(_MAGIC) or len(raw) < _HEADER_LEN or raw[_HEADER_LEN - 1] != 0x0A:
-        raise ConfigError(
-            f"{path} is not a fullgraph checkpoint with a checksum (format 2); start over with "
-            f"--force"
-        )
-    digest = raw[len(_MAGIC) : _HEADER_LEN - 1].decode("ascii", "replace")
-    if hashlib.sha256(view[_HEADER_LEN:]).hexdigest() != digest:
-        raise ConfigError(
-            f"{path} fails its sha256 checksum (corrupted or modified); restore a good copy or "
-            f"start over with --force"
-        )
-    try:
-        state = torch.load(
-            io.BytesIO(view[_HEADER_LEN:]), map_location="cpu", weights_only=weights_only
-        )
-    except Exception as exc:
-        raise ConfigError(f"cannot read checkpoint {path} ({exc})") from exc
+    state = read_torch_file(
+        path, weights_only=weights_only, what="checkpoint", remedy="start over with --force"
+    )
     if not isinstance(state, dict):
         raise ConfigError(f"{path} does not hold a checkpoint dictionary")
     return state

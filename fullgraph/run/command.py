@@ -58,7 +58,7 @@ class Job:
     """
 
     def __init__(self, command: str, comm: Communicator, info: LaunchInfo, threads: int,
-                 device: str, run: RunOptions) -> None:  # fmt: skip
+                 device: str, run: RunOptions, writes_model: bool = False) -> None:  # fmt: skip
         self.command, self.comm, self.info = command, comm, info
         self.threads, self.device, self.run = threads, device, run
         self.checkpoints: CheckpointDir | None = None
@@ -67,7 +67,12 @@ class Job:
                 run.checkpoint, comm.rank, resume=run.resume, force=run.force
             )
         self.outputs = RunOutputs(
-            comm.rank, run.log_json, self.checkpoints, resume=run.resume, force=run.force
+            comm.rank,
+            run.log_json,
+            self.checkpoints,
+            resume=run.resume,
+            force=run.force,
+            model=run.model_path() if writes_model else None,
         )
         self.started = False
 
@@ -120,6 +125,8 @@ class Command:
 
     #: the subcommand's name, for messages
     name: ClassVar[str] = ""
+    #: the command writes a model file (``--save-model``), checked with the other outputs
+    writes_model: ClassVar[bool] = False
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -191,7 +198,7 @@ class Command:
                 raise
             abort_setup(self.name, info.rank, info.under_mpi, exc)
             raise
-        job = Job(self.name, comm, info, threads, self.device, self.io)
+        job = Job(self.name, comm, info, threads, self.device, self.io, self.writes_model)
 
         def body() -> Any:
             try:

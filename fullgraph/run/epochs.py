@@ -141,6 +141,9 @@ class EpochLoop:
     def after_epoch(self, epoch: int) -> None:
         """Called after every epoch is logged (checkpoints)."""
 
+    def on_best(self, epoch: int, acc: dict[str, float]) -> None:
+        """Called when an evaluation improves the best validation score (keep the model)."""
+
     def record_extra(self, stats: EpochStats, maxes: dict[str, float]) -> dict[str, Any]:
         """Fields of this trainer's epoch record beyond the shared ones."""
         return {}
@@ -207,6 +210,7 @@ class EpochLoop:
                 self.history["best_val_acc"] = acc["val_acc"]
                 self.history["test_at_best"] = acc["test_acc"]
                 self.history["best_epoch"] = epoch
+                self.on_best(epoch, acc)
             self.history.setdefault("losses", []).append(stats.loss)
             if comm.rank == 0:
                 write_epoch(rec, log, self.quiet)

@@ -61,6 +61,12 @@ class RunOptions(Config):
         None, "write one JSON object per epoch (and a final one) here; rank 0"
     )
     checkpoint: str | None = option(None, "checkpoint directory (config.json is saved there too)")
+    save_model: str | None = option(
+        None,
+        "write the best-validation model here (torch.load opens it; `fullgraph predict` and "
+        "`fullgraph export` read it); default <log stem>.model.pt beside --log-json",
+        metavar="PATH",
+    )
     checkpoint_every: int = option(10, "epochs between checkpoints", check=POSITIVE_INT)
     resume: bool = option(False, "continue from --checkpoint")
     force: bool = option(
@@ -74,7 +80,7 @@ class RunOptions(Config):
     def check(self) -> None:
         """No empty paths; ``--resume`` with a checkpoint and without ``--force``; outputs
         apart from each other (no log inside the checkpoint directory)."""
-        for name in ("log_json", "checkpoint"):
+        for name in ("log_json", "checkpoint", "save_model"):
             value = getattr(self, name)
             if value is not None and not str(value).strip():
                 raise ConfigError(f"--{name.replace('_', '-')} needs a value, got {value!r}")
@@ -84,11 +90,12 @@ class RunOptions(Config):
             raise ConfigError("--resume continues the checkpoint and --force starts over: give one")
         self.check_apart_from([])
 
-    def check_apart_from(self, inputs: Sequence[Place]) -> None:
+    def check_apart_from(self, inputs: Sequence[Place], model: bool = False) -> None:
         """Refuse outputs that are, or lie inside, an input of the run or each other.
 
         Args:
             inputs: what the run reads (its partition, or its dataset and root).
+            model: the run writes a model file (:meth:`model_path`).
 
         Raises:
             ConfigError: one line naming both places.
@@ -100,7 +107,20 @@ class RunOptions(Config):
             outputs.append(Place(config, f"--log-json {self.log_json} (its config file {config})"))
         if self.checkpoint:
             outputs.append(Place(Path(self.checkpoint), f"--checkpoint {self.checkpoint}"))
+        path = self.model_path() if model else None
+        if path is not None:
+            outputs.append(Place(path, f"--save-model {path}"))
         check_apart(outputs, inputs)
+
+    def model_path(self) -> Path | None:
+        """Where the best-validation model goes: ``--save-model``, else ``<log stem>.model.pt``
+        beside ``--log-json``, else nowhere."""
+        if self.save_model:
+            return Path(self.save_model)
+        if self.log_json:
+            log = Path(self.log_json)
+            return log.with_name(log.stem + ".model.pt")
+        return None
 
 
 def add_options(

@@ -1,4 +1,5 @@
-"""The files a training run writes on rank 0: JSONL log, resolved config, checkpoint directory.
+"""The files a training run writes on rank 0: JSONL log, resolved config, checkpoint directory,
+model file.
 
 They are checked before any work (:meth:`RunOutputs.open`: right kind, writable, not holding an
 earlier run's result unless ``--force`` or ``--resume``; the checkpoint directory locked) and
@@ -22,6 +23,7 @@ from fullgraph.atomic import (
     is_plain_file,
 )
 from fullgraph.run.checkpoint import CheckpointDir
+from fullgraph.run.torch_file import not_a_torch_file
 
 #: How a record of the log begins (``json.dumps`` of an epoch's or the final record).
 _RECORD_STARTS = (b'{"epoch": ', b'{"final": ')
@@ -67,6 +69,9 @@ LOG = OutputKind("a training log", _not_a_log)
 #: ``<log stem>.config.json`` and ``<checkpoint>/config.json``: rewritten by every run, so only
 #: when a run wrote them.
 RUN_CONFIG = OutputKind("a run's configuration", _not_a_run_config)
+#: ``--save-model`` (``<log stem>.model.pt``): replaced only when fullgraph wrote it (a file
+#: with fullgraph's checksum, :mod:`fullgraph.run.torch_file`).
+MODEL = OutputKind("a model file", not_a_torch_file)
 
 
 def _is_empty(path: Path) -> bool:
@@ -109,6 +114,7 @@ class RunOutputs:
         checkpoints: the run's checkpoint directory, or ``None``.
         resume: the run continues an earlier one (its log is kept up to the resumed epoch).
         force: outputs of an earlier run may be replaced.
+        model: where the run writes its model file, or ``None``.
     """
 
     def __init__(
@@ -119,8 +125,10 @@ class RunOutputs:
         *,
         resume: bool = False,
         force: bool = False,
+        model: Path | None = None,
     ) -> None:
         self.rank = rank
+        self.model = model
         self.log_json = Path(log_json) if log_json else None
         self.checkpoints = checkpoints
         self.resume = resume
@@ -151,6 +159,9 @@ class RunOutputs:
                 ours=RUN_CONFIG,
                 advice="choose another --log-json or remove it yourself",
             )
+        if self.model is not None:
+            keep = self.force or self.resume
+            check_output(self.model, "--save-model", kind="file", exist_ok=keep, ours=MODEL)
         if self.checkpoints is not None:
             if self.checkpoints.path.is_dir():
                 RUN_CONFIG.check_replaceable(self.checkpoints.path / "config.json", "--checkpoint")

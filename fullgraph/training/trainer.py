@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from fullgraph.distributed import Communicator, check_device
 from fullgraph.distributed.faults import injected_failure_epoch
-from fullgraph.errors import ConfigError, mark_replicated
+from fullgraph.errors import ConfigError, TrainingDiverged, mark_replicated
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
 from fullgraph.partition import Partition
 from fullgraph.run.checkpoint import CheckpointDir
@@ -34,6 +34,7 @@ from fullgraph.run.optim import Adam
 from fullgraph.run.options import RunOptions
 from fullgraph.training.assembly import assemble_rank
 from fullgraph.training.config import TrainConfig
+from fullgraph.training.model_file import model_state, save_model_file
 
 __all__ = ["StepResult", "TrainConfig", "Trainer", "check_finite"]
 
@@ -95,6 +96,10 @@ class Trainer(EpochLoop):
         self.data, self.ctx = rank_graph.data, rank_graph.ctx
         self.num_train_global = rank_graph.num_train_global
         self.model = self._build_model(part)
+        self.num_features, self.num_classes = int(part.num_features), int(part.num_classes)
+        #: how the model file names the data (the command sets it; default: the partition)
+        self.data_label = ""
+        self._best_model: dict[str, Any] | None = None
         first = list(self.model.layers[0].parameters())
         first_ids = {id(p) for p in first}
         rest = [p for p in self.model.parameters() if id(p) not in first_ids]
@@ -199,10 +204,50 @@ class Trainer(EpochLoop):
             raise RuntimeError(f"injected failure (FULLGRAPH_FAIL_AT) at epoch {epoch}")
 
     def after_epoch(self, epoch: int) -> None:
-        """Checkpoint every ``checkpoint_every`` epochs and at the last one."""
+        """Checkpoint every ``checkpoint_every`` epochs and at the last one; the best model
+        file then too (when it changed)."""
         run = self.run
-        if run.checkpoint and (epoch % run.checkpoint_every == 0 or epoch == self.epochs):
+        due = epoch % run.checkpoint_every == 0 or epoch == self.epochs
+        if run.checkpoint and due:
             self._checkpoint(epoch)
+        if (run.checkpoint and due) or epoch == self.epochs:
+            self._save_best_model()
+
+    def fit(self, log: Any | None = None) -> dict[str, Any]:
+        """The epochs (:meth:`EpochLoop.fit`); a run that diverged still leaves its best model
+        file."""
+        try:
+            return super().fit(log)
+        except TrainingDiverged:
+            self._save_best_model()
+            raise
+
+    def on_best(self, epoch: int, acc: dict[str, float]) -> None:
+        """Rank 0 keeps a CPU copy of the model of the best validation score so far."""
+        if self.comm.rank != 0 or self.run.model_path() is None:
+            return
+        self._best_model = model_state(
+            self.model,
+            self.config,
+            self.num_features,
+            self.num_classes,
+            {
+                "epoch": epoch,
+                "metric": "acc",
+                "val": acc.get("val_acc"),
+                "test": acc.get("test_acc"),
+                "data": self.data_label,
+                "partition_hash": self.partition_hash,
+            },
+        )
+
+    def _save_best_model(self) -> None:
+        """Rank 0 writes the best model kept so far (once per new best)."""
+        path = self.run.model_path()
+        if self.comm.rank != 0 or path is None or self._best_model is None:
+            return
+        save_model_file(path, self._best_model)
+        self._best_model = None  # written: nothing new to write until the next best
 
     def record_extra(self, stats: EpochStats, maxes: dict[str, float]) -> dict[str, Any]:
         """Codec time and the compression settings."""
