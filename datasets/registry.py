@@ -8,7 +8,8 @@ name                          files in ``raw/``
 cora, citeseer, pubmed        Planetoid ``ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index}``
 amazon-computers/-photo,      gnn-benchmark ``.npz`` (or a ``.zip`` holding it); seeded split
 coauthor-cs/-physics          of 20 train / 30 validation nodes per class, rest test
-tolokers                      heterophilous-graphs ``tolokers.npz``; fixed split 0
+tolokers                      heterophilous-graphs ``tolokers.npz``; fixed split ``split``
+                              (0-9, default 0)
 facebook, github              MUSAE ``edges.csv``, ``target.csv`` (+ ``features.json``); the
                               directories (and names) they are distributed under,
                               ``facebook_page_page``, ``github_musae``, are accepted too
@@ -25,9 +26,12 @@ from pathlib import Path
 
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.paths import dataset_dir
-from fullgraph.errors import DataError
+from fullgraph.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
+
+#: Names with fixed splits to choose from (``load(..., split=K)``), and how many.
+FIXED_SPLITS = {"tolokers": 10}
 
 #: Names with a dedicated reader (``ogbn-*`` and synthetic names are matched separately).
 KNOWN_NAMES = (
@@ -73,6 +77,7 @@ def load(
     seed: int = 0,
     cache: bool = True,
     mmap: bool = False,
+    split: int | None = None,
 ) -> Graph:
     """Load dataset ``name`` from ``<root>/<name with - as _>/``; nothing is downloaded.
 
@@ -85,6 +90,8 @@ def load(
         seed: seed of the per-class split of datasets without a fixed one (Amazon, Coauthor).
         cache: OGB layout only: read/write the ``processed/`` ``.npy`` cache.
         mmap: OGB layout only: memory-map the cached arrays.
+        split: which fixed split of a dataset that ships several (:data:`FIXED_SPLITS`;
+            default its first); refused for any other dataset.
 
     Returns:
         The validated :class:`Graph`. ``graph.meta["missing"]`` lists parts the source lacks
@@ -93,16 +100,35 @@ def load(
     Raises:
         DataError: a name that is a path (``../x``), a root that is not a directory, unknown
             name (the known ones listed), missing file (the path named), malformed data.
+        ConfigError: ``split`` for a dataset without fixed splits, or out of range.
     """
     root = Path(root)
     d = dataset_dir(root, name)  # refuses a name that is a path before anything is read
     if not root.is_dir():
         what = "is not a directory" if root.exists() else "does not exist"
         raise DataError(f"dataset root {root} {what}; give the directory that holds {d.name}/")
+    extra = {}
+    if split is not None:
+        count = FIXED_SPLITS.get(name)
+        if count is None:
+            fixed = ", ".join(FIXED_SPLITS)
+            raise ConfigError(
+                f"--split: {name} has no fixed splits to choose from (those of {fixed} do)"
+            )
+        if not 0 <= split < count:
+            raise ConfigError(
+                f"--split: {name} has {count} fixed splits (0-{count - 1}), not {split}"
+            )
+        extra["split"] = split
     reader = _reader(name)
     if reader is not None:
         return reader(
-            root, name, symmetric=symmetric, remove_self_loops=remove_self_loops, seed=seed
+            root,
+            name,
+            symmetric=symmetric,
+            remove_self_loops=remove_self_loops,
+            seed=seed,
+            **extra,
         )
     if name.startswith("ogbn-") or (d / "meta.json").is_file():
         from fullgraph.datasets.ogb import read_ogb

@@ -39,6 +39,11 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
         "train GCN / GraphSAGE / GAT full-batch (mpirun -n P for P ranks)",
     ),
     (
+        "fullgraph.commands.predict",
+        "predict",
+        "predict every node with a trained model (mpirun -n P for P ranks)",
+    ),
+    (
         "fullgraph.commands.plan",
         "plan",
         "predict every rank's peak memory for a partition and model, before running",
@@ -47,6 +52,11 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
         "fullgraph.commands.minibatch",
         "minibatch",
         "train GraphSAGE with neighbour sampling (the mini-batch baseline)",
+    ),
+    (
+        "fullgraph.commands.export",
+        "export",
+        "export a trained model (--save-model) to a plain PyG model",
     ),
 ]
 

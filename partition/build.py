@@ -412,6 +412,8 @@ def write_partitions(
             "report": build_report(parts, graph.num_edges, edge_cut, timer, notes or []),
             "files": dict(sorted(files.items())),
         }
+        if "split" in graph.meta:  # which of the dataset's fixed splits the masks are
+            meta["split"] = int(graph.meta["split"])
         atomic_write_json(tmp / META_NAME, meta)
     return meta
 

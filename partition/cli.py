@@ -47,6 +47,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of METIS / random (default 0)")
     parser.add_argument(
+        "--split",
+        type=int,
+        metavar="K",
+        help="which of the dataset's fixed splits the parts hold (tolokers: 0-9; default 0); "
+        "recorded in meta.json",
+    )
+    parser.add_argument(
         "--force",
         action="store_true",
         help="replace an existing --out if it is a partition fullgraph wrote (anything else "
@@ -76,7 +83,8 @@ def _partition(args: argparse.Namespace) -> int:
         from fullgraph.partition.libmetis import require_libmetis
 
         require_libmetis()
-    graph = load(args.dataset, args.root, mmap=True)  # read in place: parts are built one by one
+    # read in place: parts are built one by one
+    graph = load(args.dataset, args.root, mmap=True, split=args.split)
     # Raises (nothing printed as success) when --out appears meanwhile without --force, and
     # lets SIGTERM / Ctrl-C through so that the temporary directory is removed.
     meta = partition_graph(

@@ -11,7 +11,8 @@ A partition directory ``OUT/`` written by :func:`fullgraph.partition.write_parti
 part: ``rank``, ``num_inner``, ``num_halo``, ``num_edges``, ``num_train``), ``report`` (stage
 times and peak memory, halo rows per part, rows exchanged per layer, imbalance of nodes / train
 nodes / edges) and ``files``: for every ``part-<r>/<name>.npy`` its ``sha256``, ``bytes``,
-``shape`` and ``dtype``.
+``shape`` and ``dtype``; a dataset with fixed splits to choose from adds ``split`` (which one the
+masks hold).
 
 Each ``part-<r>/`` holds one ``.npy`` file per array of :data:`PART_ARRAYS` (all loadable with
 ``np.load(..., mmap_mode="r")``). Local ids put the ``num_inner`` nodes this rank owns first

@@ -3,8 +3,9 @@
 The import graph is read from the source (every ``import`` and ``from ... import``, including
 those inside functions), over the four packages of the distribution. The ground floor
 (:data:`GROUND`) holds what everything may use: errors, atomic writes, resource probes, the
-counter hashes, the configuration framework and the process watchdog. :data:`FLOORS` orders the
-rest: a module may import its own floor and the floors below it, never one above.
+counter hashes, the configuration framework, the process watchdog and the metrics.
+:data:`FLOORS` orders the rest: a module may import its own floor and the floors below it,
+never one above.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ GROUND = {
     "fullgraph.hashing",
     "fullgraph.config",
     "fullgraph.watchdog",
+    "fullgraph.metrics",
 }
 
 #: The floors, lowest first: (name, module prefixes). A module belongs to the floor of the

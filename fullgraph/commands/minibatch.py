@@ -98,18 +98,20 @@ def _train(
     """Outputs checked, dataset loaded (both agreed by all ranks), then the epochs."""
     from fullgraph.datasets import load, require_features
     from fullgraph.errors import DataError
+    from fullgraph.metrics import resolve_metric
     from fullgraph.minibatch.trainer import MinibatchTrainer
     from fullgraph.run.epochs import final_line
 
     job.open_outputs()
 
     def load_graph() -> Any:
-        # the default split, as `fullgraph train`; memory-mapped where the dataset has a
-        # processed cache, so that the ranks of a machine share one copy of the arrays
-        graph = load(data.dataset, data.root, mmap=True)
+        # the split of --split (default the first), as `fullgraph train`; memory-mapped where
+        # the dataset has a processed cache, so that the ranks of a machine share its arrays
+        graph = load(data.dataset, data.root, mmap=True, split=data.split)
         require_features(graph)
         if not graph.train_mask.any():
             raise DataError(f"{graph.name}: graph has no training nodes")
+        resolve_metric(config.metric, graph.name, graph.num_classes)  # refused before any work
         return graph
 
     graph = job.agree(load_graph)
@@ -117,7 +119,13 @@ def _train(
     for line in job.agree(lambda: _memory_check(job, graph, config, memory_check)):
         print(f"fullgraph minibatch: {line}", file=sys.stderr, flush=True)
     trainer = MinibatchTrainer(graph, job.comm, config, quiet=job.run.quiet)
-    resolved = {"config": {**config.to_dict(), "quiet": job.run.quiet}, "data": data.dataset}
+    resolved = {
+        "config": {**config.to_dict(), "quiet": job.run.quiet},
+        "data": data.dataset,
+        "metric": trainer.metric,
+    }
+    if "split" in graph.meta:
+        resolved["split"] = graph.meta["split"]
     final = trainer.fit(job.start(resolved))
     if job.comm.rank == 0:
         print(final_line(final, job.threads), flush=True)

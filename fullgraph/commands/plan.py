@@ -6,7 +6,9 @@ the peak the memory model predicts (:mod:`fullgraph.memory.model`) split into it
 every node (``--ranks-per-node`` consecutive ranks, as ``mpirun`` places them) whether its ranks
 fit its memory (``--node-memory``, default this machine's). A node that does not fit ends the
 command with one line and exit status 2. The model options are ``fullgraph train``'s own
-(:class:`~fullgraph.training.config.TrainConfig`). Nothing is written.
+(:class:`~fullgraph.training.config.TrainConfig`). With ``--predict`` the peak is
+``fullgraph predict``'s with that model (no gradients, no optimiser state, the output rows
+written a window at a time), beside the training peak. Nothing is written.
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ class PlanOptions(Config):
         check=number(low=0.0, low_open=True, optional=True),
         metavar="GIB",
     )
+    predict: bool = option(
+        False,
+        "the peak of `fullgraph predict` with this model on these parts (the evaluation "
+        "forward, every embedding and the outputs written; no gradients or optimiser state), "
+        "the training peak beside it",
+    )
     floor_mb: float | None = option(
         None,
         "process floor of a rank in MiB (default: measured now, by training the same model "
@@ -107,9 +115,18 @@ def verified_shape(parts: str) -> GraphShape:
     return GraphShape.from_meta(meta)
 
 
-def format_table(graph: GraphShape, preds: list[Prediction]) -> list[str]:
-    """One line per rank: sizes, the terms in MiB, the total and where the peak falls."""
-    head = ["rank", "inner", "halo", "edges"] + [SHORT[t] for t in TERMS] + ["total", "peak in"]
+def format_table(
+    graph: GraphShape, preds: list[Prediction], headings: dict[str, str] | None = None
+) -> list[str]:
+    """One line per rank: sizes, the terms in MiB, the total and where the peak falls.
+
+    Args:
+        graph: the partition's sizes.
+        preds: every rank's prediction.
+        headings: column headings of the terms (default :data:`SHORT`).
+    """
+    short = headings or SHORT
+    head = ["rank", "inner", "halo", "edges"] + [short[t] for t in TERMS] + ["total", "peak in"]
     rows = [head]
     for part, p in zip(graph.parts, preds, strict=True):
         rows.append(
@@ -143,7 +160,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="predict every rank's peak memory for a partition and model, before running",
         description=(
             "Predicted peak training memory of every rank, term by term, and whether the "
-            "ranks of each node fit its memory. Reads the partition's sizes (every file is "
+            "ranks of each node fit its memory (--predict: the peak of `fullgraph predict` "
+            "with the model). Reads the partition's sizes (every file is "
             "checked against its checksum) and measures the process floor by training the "
             "same model for two epochs on a 64-node graph in this process (seconds; "
             "--floor-mb gives it instead); nothing is written."
@@ -159,7 +177,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="partition directory written by `fullgraph partition` (or its meta.json)",
     )
     PlanOptions.add_arguments(plan, exclude=("parts",))
-    add_options(p, ("model and optimiser", TrainConfig, ("epochs",)))
+    add_options(p, ("model and optimiser", TrainConfig, ("epochs", "metric")))
     p.set_defaults(func=run_plan)
 
 
@@ -198,14 +216,25 @@ def run_plan(args: argparse.Namespace) -> int:
         if all(nf.fits for nf in node_fits(predict_quickly(graph, cfg, floor), per_node,
                                            node_memory)):  # fmt: skip
             floor, source = _floor(cfg, graph, per_node), "measured"
-    preds = predict_quickly(graph, cfg, floor)
+    mode = "predict" if opts.predict else "train"
+    preds = predict_quickly(graph, cfg, floor, mode)
     print(
         f"fullgraph plan: {graph.dataset}, {graph.num_parts} part(s) ({opts.parts}), "
         f"{describe(cfg)}; process floor {mib(floor)} MiB ({source})"
     )
-    print("predicted peak resident memory per rank, MiB:")
-    for line in format_table(graph, preds):
+    what = "`fullgraph predict`" if opts.predict else "training"
+    print(f"predicted peak resident memory per rank of {what}, MiB:")
+    headings = {**SHORT, "optimizer": "parameters"} if opts.predict else SHORT
+    for line in format_table(graph, preds, headings):
         print("  " + line)
+    if opts.predict:
+        trained = predict_quickly(graph, cfg, floor)
+        worst = max(range(len(preds)), key=lambda r: preds[r].total / max(trained[r].total, 1))
+        print(
+            f"training the same model peaks at {mib(max(t.total for t in trained))} MiB on its "
+            f"largest rank (predict: {mib(max(p.total for p in preds))} MiB); predict / training "
+            f"at most {preds[worst].total / max(trained[worst].total, 1):.2f} (rank {worst})"
+        )
     fits = node_fits(preds, per_node, node_memory)
     for nf in fits:
         verdict = "fits" if nf.fits else "does NOT fit"

@@ -61,16 +61,22 @@ class TrainCommand(Command):
         self.data = TrainData.from_args(self.args)
         self.config = TrainConfig.from_args(self.args)
         self.parts: PartitionDir | None = None
+        #: which of the dataset's fixed splits the run trains on (``None``: it has one only)
+        self.split: int | None = None
 
     def check(self) -> None:
-        """The rank count against the part count (``meta.json``, read here for the whole run);
-        the outputs apart from the inputs."""
+        """The rank count against the part count (``meta.json``, read here for the whole run)
+        and the metric against its dataset and classes; the outputs apart from the inputs."""
         from fullgraph.errors import ConfigError
+        from fullgraph.metrics import resolve_metric
 
         size = self.launch.size
         if self.data.parts:
             self.parts = PartitionDir.open(self.data.parts)
             self.parts.check_ranks(size, f"run `mpirun -n {self.parts.num_parts}`")
+            meta = self.parts.meta
+            resolve_metric(self.config.metric, meta["dataset"], int(meta["num_classes"]))
+            self.split = meta.get("split")
         elif size > 1:
             raise ConfigError(f"{size} ranks need --parts (the whole graph trains in one process)")
         self.io.check_apart_from(self._inputs(), model=True)
@@ -99,7 +105,9 @@ class TrainCommand(Command):
             return whole_graph_part(generate(self.data.synthetic, seed=self.config.seed))
         from fullgraph.datasets import load
 
-        return whole_graph_part(load(self.data.dataset, self.data.root))
+        graph = load(self.data.dataset, self.data.root, split=self.data.split)
+        self.split = graph.meta.get("split")
+        return whole_graph_part(graph)
 
     def run(self, job: Job) -> dict[str, Any]:
         """Outputs checked, the memory plan, the part, the trainer, the epochs."""
@@ -123,6 +131,9 @@ class TrainCommand(Command):
         with phase("part loading"):
             part = job.agree(lambda: self._load_part(comm.rank))
         if self.parts is None:  # one process: the sizes are known once the graph is loaded
+            from fullgraph.metrics import resolve_metric
+
+            resolve_metric(cfg.metric, part.meta.get("dataset"), int(part.num_classes))
             shape = GraphShape.from_part(part, data.label)
             plan.check_sizes(shape)
             with phase("memory probe"):
@@ -144,14 +155,18 @@ class TrainCommand(Command):
             "config": trainer.resolved_config(),
             "data": data.label,
             "partition_hash": partition_hash,
+            "metric": trainer.metric,
         }
+        if self.split is not None:
+            resolved["split"] = self.split
         log = job.start(resolved, trainer.start_epoch)
         quiet = job.run.quiet
         if comm.rank == 0 and not quiet:
             print(
                 f"fullgraph train: {comm.size} rank(s), transport {comm.transport}, "
                 f"{job.threads} thread(s)/rank, model {cfg.model} L={cfg.layers} "
-                f"H={cfg.hidden}, epochs {trainer.start_epoch}..{cfg.epochs}, halo compression "
+                f"H={cfg.hidden}, epochs {trainer.start_epoch}..{cfg.epochs}, metric "
+                f"{trainer.metric}, halo compression "
                 f"fwd {cfg.compress_fwd} bwd {cfg.compress_bwd}"
                 f"{' + error feedback' if cfg.error_feedback else ''}",
                 flush=True,

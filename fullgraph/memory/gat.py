@@ -55,7 +55,7 @@ class GATRank(RankReplay):
         led.add("transpose temporaries", "working", 2 * I64 * e)
         led.add("attention transpose", "structure", 2 * I64 * e + I64 * (n + h + 1))
         led.drop("transpose temporaries")
-        led.add("parameters, gradients, Adam moments", "optimizer", 4 * F32 * self.params)
+        self._parameters()
         if self.cfg.error_feedback and self.codecs is not None:
             self._residuals()
 

@@ -45,6 +45,16 @@ Terms (what ``fullgraph plan`` prints):
 The step is replayed as the code runs it: set-up (:func:`~fullgraph.training.assembly.
 assemble_rank`), one training step (forward layer by layer, the loss, backward layer by layer,
 the gradient all-reduce) and one evaluation; the peak is the largest total of the three.
+
+``fullgraph predict`` (``mode="predict"``) is replayed as its own code runs: the set-up of the
+model's :func:`~fullgraph.training.inference.inference_config` (no pruning, no compression),
+the parameters and the model file's copy of them (no gradients, no optimiser state), the
+writer's row order (``16 n``), then the evaluation forward with every hidden layer's embeddings
+written as it ends, and the predictions and probabilities written: per write, at most one
+window (:data:`~fullgraph.training.inference.WRITE_WINDOW_BYTES`) of rows gathered, of rows
+transformed and of the file mapped. Nothing is saved for a backward pass and there are no
+gradients, so predict's peak lies below the training peak of the same model and parts
+(``tests/training/test_predict_plan.py`` compares them; docs/predict.md has measured peaks).
 Covered: ``--model gcn``, ``sage`` (:mod:`fullgraph.memory.replay`) and ``gat``
 (:mod:`fullgraph.memory.gat`), with ``--norm`` and ``--residual``, dense input
 features (:func:`check_modelled` says what is not).
@@ -67,12 +77,14 @@ from fullgraph.memory.replay import (
     widths,
 )
 from fullgraph.training.config import TrainConfig
+from fullgraph.training.inference import inference_config
 
 if TYPE_CHECKING:
     from fullgraph.partition import Partition
 
 __all__ = [
     "TERMS",
+    "MODES",
     "GraphShape",
     "PartShape",
     "Prediction",
@@ -118,41 +130,65 @@ def check_modelled(cfg: TrainConfig) -> None:
         )
 
 
-def predict_rank(part: PartShape, graph: GraphShape, cfg: TrainConfig, floor: int) -> Prediction:
-    """The predicted peak of one rank: set-up, a training step and an evaluation replayed.
+#: What is replayed: ``fullgraph train``'s set-up, step and evaluation, or ``fullgraph
+#: predict``'s pass.
+MODES = ("train", "predict")
+
+
+def predict_rank(
+    part: PartShape, graph: GraphShape, cfg: TrainConfig, floor: int, mode: str = "train"
+) -> Prediction:
+    """The predicted peak of one rank: set-up, a training step and an evaluation replayed
+    (``mode="predict"``: ``fullgraph predict``'s set-up and pass).
 
     Args:
         part: the rank's sizes.
         graph: the partition's sizes.
-        cfg: the run's configuration (:func:`check_modelled` must accept it).
+        cfg: the run's configuration (:func:`check_modelled` must accept it); for ``predict``
+            the model file's.
         floor: the process floor, bytes (:func:`measure_floor`).
+        mode: one of :data:`MODES`.
 
     Returns:
         The :class:`Prediction` (its terms add up to its total).
     """
-    led = _replay(part, graph, cfg, floor)
+    led = _replay(part, graph, cfg, floor, mode)
     return Prediction(rank=part.rank, phase=led.peak_phase, terms=dict(led.peak_terms))
 
 
-def predict(graph: GraphShape, cfg: TrainConfig, floor: int) -> list[Prediction]:
+def predict(
+    graph: GraphShape, cfg: TrainConfig, floor: int, mode: str = "train"
+) -> list[Prediction]:
     """:func:`predict_rank` for every rank of the partition."""
-    return [predict_rank(p, graph, cfg, floor) for p in graph.parts]
+    return [predict_rank(p, graph, cfg, floor, mode) for p in graph.parts]
 
 
 #: Layers replayed one by one by :func:`predict_quickly`; a deeper model is extended.
 REPLAYED_LAYERS = 128
 
 
-def _replay(part: PartShape, graph: GraphShape, cfg: TrainConfig, floor: int) -> Any:
+def _replay(
+    part: PartShape, graph: GraphShape, cfg: TrainConfig, floor: int, mode: str = "train"
+) -> Any:
     check_modelled(cfg)
-    rank = (GATRank if cfg.model == "gat" else RankReplay)(part, graph, cfg, floor)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    predicting = mode == "predict"
+    if predicting:
+        cfg = inference_config(cfg)
+    rank = (GATRank if cfg.model == "gat" else RankReplay)(part, graph, cfg, floor, predicting)
     rank.setup()
-    rank.train_step()
-    rank.evaluate()
+    if predicting:
+        rank.predict()
+    else:
+        rank.train_step()
+        rank.evaluate()
     return rank.led
 
 
-def predict_quickly(graph: GraphShape, cfg: TrainConfig, floor: int) -> list[Prediction]:
+def predict_quickly(
+    graph: GraphShape, cfg: TrainConfig, floor: int, mode: str = "train"
+) -> list[Prediction]:
     """:func:`predict` up to :data:`REPLAYED_LAYERS` layers; beyond, a lower bound of it in
     well under a second at any depth (``--layers 100000``: the replay and the meta-device
     model it reads its shapes from take time linear in the layers, 20 s there).
@@ -163,18 +199,18 @@ def predict_quickly(graph: GraphShape, cfg: TrainConfig, floor: int) -> list[Pre
     WHOLE_MODEL_PHASES`: the loss's, where every saved activation is live, grows fastest)
     along its own line; the largest of these. Neither exceeds the exact replay; the deepest
     phases differ from the loss's by one layer's temporaries (``tests/memory/test_plan.py``
-    compares them).
+    compares them). ``mode`` is :func:`predict_rank`'s.
 
     Returns:
         One :class:`Prediction` per rank; an extended one says so in its phase.
     """
     if cfg.layers <= REPLAYED_LAYERS:
-        return predict(graph, cfg, floor)
+        return predict(graph, cfg, floor, mode)
     k, more = REPLAYED_LAYERS, cfg.layers - REPLAYED_LAYERS
     out = []
     for part in graph.parts:
-        a = _replay(part, graph, replace(cfg, layers=k - 1), floor)
-        b = _replay(part, graph, replace(cfg, layers=k), floor)
+        a = _replay(part, graph, replace(cfg, layers=k - 1), floor, mode)
+        b = _replay(part, graph, replace(cfg, layers=k), floor, mode)
         lines = [(b.peak_phase, a.peak_terms, b.peak_terms)]
         lines += [(p, a.phase_peaks[p][1], t) for p, (_, t) in b.phase_peaks.items()
                   if p in a.phase_peaks]  # fmt: skip

@@ -89,6 +89,13 @@ TRAIN_ADVICE = (
 )
 
 
+#: What a refusal of ``fullgraph predict`` suggests.
+PREDICT_ADVICE = (
+    "use a partition of more parts, fewer ranks per node (`fullgraph plan --predict` shows "
+    "every rank)"
+)
+
+
 def memory_verdict(fits: list[NodeFit], check: str, advice: str = TRAIN_ADVICE) -> list[str]:
     """Refuse (``check == "refuse"``) or warn about the nodes that would not fit.
 
@@ -111,6 +118,7 @@ def memory_verdict(fits: list[NodeFit], check: str, advice: str = TRAIN_ADVICE) 
         f"warning: memory plan: node {nf.node} ({ranks_label(nf.ranks)}) would need "
         f"{nf.need / GIB:.2f} GiB of this machine's {nf.have / GIB:.2f} GiB"
         + (" (`fullgraph plan` shows every rank)" if advice == TRAIN_ADVICE else "")
+        + (" (`fullgraph plan --predict` shows every rank)" if advice == PREDICT_ADVICE else "")
         for nf in bad
     ]
 
@@ -136,14 +144,21 @@ class StartupPlan:
     to have this machine's memory (:func:`machine_memory_bytes`), shared by
     ``ranks_per_node`` consecutive ranks.
 
+    ``fullgraph predict`` applies steps 1 and 3 with ``mode="predict"`` (its own pass replayed,
+    no probe: the floor stays this process's resident memory, a lower bound).
+
     Args:
-        cfg: the run's configuration.
+        cfg: the run's configuration (predict: the model file's).
         check: one of :data:`MEMORY_CHECKS`.
         ranks_per_node: ranks on each node of the launch.
+        mode: ``train`` or ``predict`` (:data:`~fullgraph.memory.model.MODES`).
     """
 
-    def __init__(self, cfg: TrainConfig, check: str, ranks_per_node: int) -> None:
+    def __init__(
+        self, cfg: TrainConfig, check: str, ranks_per_node: int, mode: str = "train"
+    ) -> None:
         self.cfg, self.check, self.per_node = cfg, check, max(1, ranks_per_node)
+        self.mode = mode
         self.unmodelled = ""
         try:
             check_modelled(cfg)
@@ -155,12 +170,16 @@ class StartupPlan:
         self.fits = True
 
     @property
+    def _advice(self) -> str:
+        return PREDICT_ADVICE if self.mode == "predict" else TRAIN_ADVICE
+
+    @property
     def active(self) -> bool:
         """Whether there is a prediction to make (checked, and the model covered)."""
         return self.check != "off" and not self.unmodelled
 
     def _fits(self, graph: GraphShape) -> tuple[list[Prediction], list[NodeFit]]:
-        preds = predict_quickly(graph, self.cfg, self.floor)
+        preds = predict_quickly(graph, self.cfg, self.floor, self.mode)
         fits = node_fits(preds, self.per_node, machine_memory_bytes())
         self.fits = all(nf.fits for nf in fits)
         return preds, fits
@@ -173,7 +192,7 @@ class StartupPlan:
             ConfigError: ``refuse`` and a node would not fit.
         """
         if self.active:
-            memory_verdict(self._fits(graph)[1], self.check)
+            memory_verdict(self._fits(graph)[1], self.check, self._advice)
 
     def measure_floor(self, num_features: int, num_classes: int) -> None:
         """Step 2: the process floor, without what this process loaded since it started."""
@@ -201,7 +220,7 @@ class StartupPlan:
         p0 = preds[0]
         terms = ", ".join(f"{TERMS[t]} {mib(v)}" for t, v in p0.terms.items() if v)
         line = f"memory plan: rank 0 peak {mib(p0.total)} MiB in {p0.phase} ({terms} MiB)"
-        return [line, *memory_verdict(fits, self.check)]
+        return [line, *memory_verdict(fits, self.check, self._advice)]
 
 
 def check_minibatch(graph: Any, cfg: Any, ranks: int, ranks_per_node: int, check: str) -> list[str]:

@@ -1,7 +1,7 @@
 """The replay behind the memory model (:mod:`fullgraph.memory.model`): a ledger of
-live buffers and one rank's set-up, training step and evaluation, buffer by buffer, for the
-GCN / SAGE layers (GAT: :mod:`fullgraph.memory.gat`), with ``--norm`` and
-``--residual`` between the layers."""
+live buffers and one rank's set-up, training step and evaluation (or ``fullgraph predict``'s
+pass), buffer by buffer, for the GCN / SAGE layers (GAT: :mod:`fullgraph.memory.gat`), with
+``--norm`` and ``--residual`` between the layers."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from fullgraph.distributed.exchange_slices import slice_count
 from fullgraph.models.graph_linear import BLOCK_ELEMENTS  # the row blocks the layer body uses
 from fullgraph.models.layers import layer_class
 from fullgraph.training.config import TrainConfig
+from fullgraph.training.inference import WRITE_WINDOW_BYTES, window_rows
 
 if TYPE_CHECKING:
     from fullgraph.partition import Partition
@@ -207,10 +208,18 @@ def precomputes(cfg: TrainConfig) -> bool:
 
 
 class RankReplay:
-    """Replays one rank's set-up, training step and evaluation into a :class:`Ledger`."""
+    """Replays one rank's set-up, training step and evaluation into a :class:`Ledger`; with
+    ``predict`` its set-up for ``fullgraph predict`` and :meth:`predict` instead (``cfg`` then
+    is :func:`~fullgraph.training.inference.inference_config` of the model's)."""
 
-    def __init__(self, part: PartShape, graph: GraphShape, cfg: TrainConfig, floor: int):
+    def __init__(
+        self, part: PartShape, graph: GraphShape, cfg: TrainConfig, floor: int,
+        predict: bool = False,
+    ) -> None:  # fmt: skip
         self.p, self.g, self.cfg = part, graph, cfg
+        self.predicting = predict
+        #: ``N``, the rows of every output file
+        self.num_nodes = sum(q.num_inner for q in graph.parts)
         self.led = Ledger(floor)
         #: the run's model on the meta device: its widths, parameters and layers' shapes
         self.model = _meta_model(cfg, graph.num_features, graph.num_classes)
@@ -347,10 +356,18 @@ class RankReplay:
         led.drop("nonzero count")
         # the caller lets the part go: its ids, CSR and degrees leave (x, labels stay shared)
         led.drop("part ids", "part indices")
-        led.add("parameters, gradients, Adam moments", "optimizer", 4 * F32 * self.params)
+        self._parameters()
         if self.cfg.error_feedback and self.codecs is not None:
             self._residuals()
         self._slice_structure(eh)
+
+    def _parameters(self) -> None:
+        """Training: parameters, gradients and Adam's two moments. Predicting: the parameters
+        and the model file's copy of them (the ``optimizer`` term then holds no more)."""
+        if self.predicting:
+            self.led.add("parameters and the model file's", "optimizer", 2 * F32 * self.params)
+        else:
+            self.led.add("parameters, gradients, Adam moments", "optimizer", 4 * F32 * self.params)
 
     def _pruned_last_layer(self, ep: int, eh: int) -> None:
         """Receptive-field pruning (:mod:`fullgraph.distributed.receptive_field`): the last
@@ -589,3 +606,50 @@ class RankReplay:
                 cur = f"h{i + 1}"
         led.add("predictions", "working", (I64 + 1) * p.num_inner)
         led.drop(f"Y{L - 1}", "predictions")
+
+    # -- fullgraph predict -------------------------------------------------------------------
+    def _write_rows(self, source_row: int, file_row: int, transform: bool) -> None:
+        """:meth:`~fullgraph.training.inference.RowWriter.write` of this rank's ``n`` rows of
+        ``source_row`` bytes into a file of ``file_row`` bytes a row: per window, the rows
+        gathered, their transform (softmax, argmax) and the window of the file mapped, all
+        three let go before the next window."""
+        led, n = self.led, self.p.num_inner
+        per = window_rows(WRITE_WINDOW_BYTES, file_row, source_row)
+        ours = min(n, per)  # at most all of this rank's rows fall in one window
+        led.add("write rows", "working", ours * source_row)
+        if transform:
+            led.add("write transformed", "working", ours * file_row)
+        led.add("write window", "working", min(per, self.num_nodes) * file_row)
+        led.drop("write rows", "write transformed", "write window")
+
+    def predict(self) -> None:
+        """``fullgraph predict``'s pass (:class:`fullgraph.training.inference.Predictor`):
+        the row order of the writer, the evaluation forward with every hidden layer's
+        embeddings written as it ends (an upper bound: any ``--embeddings`` needs at most
+        this), then the predictions and the probabilities written, the summary's counts."""
+        led, p, dims = self.led, self.p, self.dims
+        n, L = p.num_inner, len(dims) - 1
+        led.phase = "predict, set-up"
+        led.add("row order", "structure", 2 * I64 * n)  # sorted global ids and the order
+        led.add("argsort", "working", I64 * n)
+        led.drop("argsort")
+        cur = "x"
+        for i in range(L):
+            led.phase = f"predict, layer {i}"
+            self.layer_forward(i, False, False)
+            if self.cfg.residual:
+                self._residual_forward(i)
+            if cur != "x":
+                led.drop(cur)
+            if i < L - 1:
+                self._between_forward(i, False)
+                cur = f"h{i + 1}"
+                self._write_rows(F32 * dims[i + 1], F32 * dims[i + 1], False)
+        led.phase = "predict, writing the outputs"
+        last = f"Y{L - 1}"
+        C = dims[-1]
+        self._write_rows(F32 * C, I64, True)  # predictions.npy: the argmax
+        self._write_rows(F32 * C, F32 * C, True)  # probabilities.npy: the softmax
+        led.phase = "predict, summary"
+        led.add("summary", "working", (2 * I64 + 1) * n)  # argmax, correct
+        led.drop("summary", last)

@@ -16,7 +16,13 @@ from fullgraph.config import (
     option,
 )
 from fullgraph.errors import ConfigError
-from fullgraph.training.config import InputDropoutConfig
+from fullgraph.metrics import METRIC_CHOICES
+from fullgraph.training.config import (
+    METRIC_HELP,
+    OPTIONAL_SPLIT,
+    SPLIT_HELP,
+    InputDropoutConfig,
+)
 
 
 def parse_fanouts(text: str) -> list[int]:
@@ -59,6 +65,7 @@ class MinibatchConfig(InputDropoutConfig, Config):
     )
     epochs: int = option(20, "passes over the training nodes", check=POSITIVE_INT)
     eval_every: int = option(1, "evaluate every N epochs", check=POSITIVE_INT)
+    metric: str = option("auto", METRIC_HELP, choices=METRIC_CHOICES)
     seed: int = option(0, "seed of weights, batches and sampling", check=SEED)
 
 
@@ -68,6 +75,7 @@ class MinibatchData(Config):
 
     dataset: str = option(None, "dataset name, as `fullgraph data` knows it")
     root: str = option(None, "dataset root directory (<root>/<name>/raw)")
+    split: int | None = option(None, SPLIT_HELP, check=OPTIONAL_SPLIT, metavar="K")
 
     def check(self) -> None:
         """Both given and not empty."""

@@ -25,12 +25,14 @@ import torch.nn.functional as F
 from fullgraph.datasets import Graph
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.errors import DataError
+from fullgraph.metrics import resolve_metric
 from fullgraph.minibatch.config import MinibatchConfig
 from fullgraph.minibatch.inference import RowOperator, layerwise_inference, row_range
 from fullgraph.minibatch.model import block_forward
 from fullgraph.minibatch.sampler import NeighborSampler, global_batches, rank_share
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
-from fullgraph.run.epochs import EpochLoop, EpochStats, accuracies, reduce_gradients
+from fullgraph.run.epochs import EpochLoop, EpochStats, reduce_gradients
+from fullgraph.run.metrics import split_metrics
 from fullgraph.run.optim import Adam
 
 
@@ -53,6 +55,7 @@ class MinibatchTrainer(EpochLoop):
         if graph.x is None:
             raise DataError(f"{graph.name}: graph has no node features to train on")
         self.graph, self.comm, self.config = graph, comm, config
+        self.metric = resolve_metric(config.metric, graph.name, graph.num_classes)
         self.train_nodes = np.flatnonzero(graph.train_mask).astype(np.int64)
         if self.train_nodes.size == 0:
             raise DataError(f"{graph.name}: graph has no training nodes")
@@ -144,12 +147,13 @@ class MinibatchTrainer(EpochLoop):
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Train / val / test accuracy from layer-wise full-graph inference, over all ranks."""
+        """Train / val / test :attr:`metric` from layer-wise full-graph inference, over all
+        ranks."""
         self.model.eval()
-        pred = layerwise_inference(self.model, self.rows, self.x, self.comm).argmax(dim=1)
+        logits = layerwise_inference(self.model, self.rows, self.x, self.comm)
         rows = slice(self.lo, self.hi)
         masks = {name: m[rows] for name, m in self.masks.items()}
-        return accuracies(pred, self.y[rows], masks, self.comm)
+        return split_metrics(logits, self.y[rows], masks, self.comm, self.metric)
 
     def record_extra(self, stats: EpochStats, maxes: dict[str, float]) -> dict[str, Any]:
         """Sampling time, sampled edges (summed over ranks) and steps."""

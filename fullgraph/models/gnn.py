@@ -16,6 +16,7 @@ exact, and it removes the widest exchange.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -107,7 +108,12 @@ class GNN(nn.Module):
         return len(self.layers)
 
     def forward(
-        self, x: torch.Tensor, ctx: GraphContext, epoch: int = 0, training: bool = False
+        self,
+        x: torch.Tensor,
+        ctx: GraphContext,
+        epoch: int = 0,
+        training: bool = False,
+        on_layer: Callable[[int, torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
         """Logits of the inner nodes.
 
@@ -116,6 +122,11 @@ class GNN(nn.Module):
             ctx: operators, exchange plan and dropout ids of this rank.
             epoch: the epoch (selects the dropout masks).
             training: apply dropout (and normalise with the batch's statistics).
+            on_layer: called as ``on_layer(k, h)`` once layer ``k`` (1-based) is done, with
+                ``h`` what the next layer receives (after the residual, norm and ReLU, and in
+                training the next layer's dropout), the logits for ``k = num_layers``. A
+                callee copies what it keeps: ``h``'s buffer may be reused once the call
+                returns (``fullgraph predict`` writes the rows out at once).
 
         Returns:
             float [num_inner, out_dim].
@@ -158,6 +169,8 @@ class GNN(nn.Module):
                         inplace_grad=self.layers[i + 1].fresh_input_grad and not self.residuals,
                     )
                     del out  # not alive while the next layer computes
+                    if on_layer is not None:
+                        on_layer(i + 1, h)
                     continue
                 if self.norm_kind != "none":
                     out = self.norms[i](out, ctx.plan.comm)
@@ -174,6 +187,8 @@ class GNN(nn.Module):
             else:
                 h = out
             del out  # not alive while the next layer computes
+            if on_layer is not None:
+                on_layer(i + 1, h)
         return h
 
 

@@ -11,10 +11,14 @@ A single-process PyG script becomes a P-rank one by changing five lines
 
 - :func:`load_part` (:mod:`~fullgraph.pyg.part_data`): the rank's part as a PyG ``Data``.
 - :func:`distribute` (:mod:`~fullgraph.pyg.convert`, :mod:`~fullgraph.pyg.twins`): replaces
-  ``GCNConv``, ``SAGEConv(aggr="mean")``, ``GATConv``, ``BatchNorm`` and ``Dropout`` by
-  distributed twins, keeps row-wise modules, refuses the rest naming the layer and why; the
-  converted model sums its gradients over the ranks at the end of every backward pass
-  (:mod:`~fullgraph.pyg.runtime`).
+  ``GCNConv``, ``SAGEConv(aggr="mean" or "sum")``, ``GATConv``, ``GINConv``, ``BatchNorm`` and
+  ``Dropout`` by distributed twins, keeps row-wise modules, walks containers and PyG's
+  ``GCN`` / ``GraphSAGE`` / ``GAT`` / ``GIN`` models, refuses the rest naming the layer and why
+  (the rules: ``convert.RULES``, the table of ``docs/pyg.md``); the converted model sums its
+  gradients over the ranks at the end of every backward pass (:mod:`~fullgraph.pyg.runtime`).
+- While its forward pass runs, ``F.dropout``, ``torch.dropout`` and ``nn.Dropout`` draw hashed
+  masks (P ranks drop what one process drops) and other random draws are refused
+  (:mod:`~fullgraph.pyg.functional`).
 - :func:`loss`, :func:`accuracy`, :func:`dropout` (:mod:`~fullgraph.pyg.helpers`): the calls of
   a script that must see every rank.
 """

@@ -1,25 +1,28 @@
 """Converting a PyG model for a rank's part: :func:`distribute`.
 
-Every module of the model is looked at, from the root down, and either
+Every module of the model is looked at, from the root down, and treated by the first rule of
+:data:`RULES` that matches it:
 
-- replaced by its distributed twin (:mod:`fullgraph.pyg.twins`) holding the same parameters:
-  ``GCNConv``, ``SAGEConv(aggr="mean")``, ``GATConv`` (when the ``gat`` layer kind exists),
-  ``torch.nn.BatchNorm1d`` (also the one inside PyG's ``BatchNorm``), ``torch.nn.Dropout``;
-- kept, because it acts on every node's row alone, which is exact on any number of ranks:
-  ``Linear`` (torch or PyG), activations, ``LayerNorm`` per node (torch, PyG ``mode="node"``),
-  ``GroupNorm``, ``RMSNorm``, PyG ``MLP`` without dropout, ``JumpingKnowledge``, containers, and
-  the user's own modules (whose children are looked at in turn);
-- or refused with a :class:`~fullgraph.errors.ConfigError` naming its path and class and why:
-  any other message-passing layer, normalisation or pooling over a whole graph, torch's random
-  draws, modules not known to act on rows alone.
+- ``twin``: replaced by its distributed twin (:mod:`fullgraph.pyg.twins`) holding the same
+  parameters (``GCNConv``, ``SAGEConv``, ``GATConv``, ``GINConv``, ``BatchNorm1d``, ``Dropout``);
+- ``kept``: kept as it is, because it acts on every node's row alone, which is exact on any
+  number of ranks (``Linear``, activations, per-node normalisations, ``JumpingKnowledge``);
+- ``walked``: kept, its children looked at in turn (containers, PyG's ``BasicGNN`` models
+  ``GCN`` / ``GraphSAGE`` / ``GAT`` / ``GIN``, ``MLP``, the user's own modules);
+- ``refused``: a :class:`~fullgraph.errors.ConfigError` of one line naming its path, class and
+  why (other message-passing layers, whole-graph normalisation and pooling, ...).
 
 The user's own ``forward`` code is not inspected: it must treat nodes row by row (no
-``x.mean(dim=0)``, no global pooling) and draw its dropout with :func:`fullgraph.pyg.dropout`
-(a training pass that draws from torch's generator is refused when it ends).
+``x.mean(dim=0)``, no global pooling). Its dropout calls and random draws are watched while it
+runs (:mod:`fullgraph.pyg.functional`). :func:`support_table` writes :data:`RULES` as the table
+of ``docs/pyg.md`` (a test compares them).
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,52 +35,118 @@ from fullgraph.pyg.runtime import ModelRun
 from fullgraph.pyg.twins import (
     BatchNormTwin,
     GCNConvTwin,
+    GINConvTwin,
     HashedDropout,
     SAGEConvTwin,
+    TrimToLayerTwin,
     gat_twin_class,
 )
 
 #: Twins already in a model (a second conversion keeps them).
-TWINS = (GCNConvTwin, SAGEConvTwin, BatchNormTwin, HashedDropout)
+TWINS = (GCNConvTwin, SAGEConvTwin, GINConvTwin, BatchNormTwin, HashedDropout, TrimToLayerTwin)
 
 #: torch modules kept as they are: they act on every row alone.
 _ROW_WISE = (
-    nn.Linear,
-    nn.Bilinear,
-    nn.Identity,
-    nn.Sequential,
-    nn.ModuleList,
-    nn.ModuleDict,
-    nn.GroupNorm,
-    nn.Threshold,
-    nn.ReLU,
-    nn.Hardtanh,
-    nn.ReLU6,
-    nn.Sigmoid,
-    nn.Hardsigmoid,
-    nn.Tanh,
-    nn.SiLU,
-    nn.Mish,
-    nn.Hardswish,
-    nn.ELU,
-    nn.CELU,
-    nn.SELU,
-    nn.GELU,
-    nn.Hardshrink,
-    nn.LeakyReLU,
-    nn.LogSigmoid,
-    nn.Softplus,
-    nn.Softshrink,
-    nn.PReLU,
-    nn.Softsign,
-    nn.Tanhshrink,
+    "Linear",
+    "Bilinear",
+    "Identity",
+    "GroupNorm",
+    "Threshold",
+    "ReLU",
+    "Hardtanh",
+    "ReLU6",
+    "Sigmoid",
+    "Hardsigmoid",
+    "Tanh",
+    "SiLU",
+    "Mish",
+    "Hardswish",
+    "ELU",
+    "CELU",
+    "SELU",
+    "GELU",
+    "Hardshrink",
+    "LeakyReLU",
+    "LogSigmoid",
+    "Softplus",
+    "Softshrink",
+    "PReLU",
+    "Softsign",
+    "Tanhshrink",
 )
+_CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
 
 _MESSAGE_PASSING = (
-    "fullgraph has distributed twins of GCNConv, SAGEConv(aggr='mean') and GATConv only; "
-    "another message-passing layer cannot be split across ranks exactly"
+    "fullgraph has distributed twins of GCNConv, SAGEConv(aggr='mean' or 'sum'), GATConv and "
+    "GINConv only; another message-passing layer cannot be split across ranks exactly"
 )
 _WHOLE_GRAPH = "its statistics are taken over all nodes of a graph at once"
+
+
+@dataclass
+class _Conversion:
+    """The state of one :func:`distribute` call: the part and the attention layers so far."""
+
+    part: PartGraph
+    gat_count: int = 0
+
+
+#: What a rule's handler returns: the twin, ``True`` (keep, look at the children) or ``False``
+#: (keep as it is). It raises :class:`~fullgraph.errors.ConfigError` to refuse.
+Handler = Callable[[str, nn.Module, _Conversion], "nn.Module | bool"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How :func:`distribute` treats the modules one rule matches.
+
+    Attributes:
+        classes: dotted names of the classes matched (resolved on first use; a name the
+            installed torch or PyG lacks matches nothing).
+        treatment: ``twin``, ``kept``, ``walked`` or ``refused`` (for the docs).
+        notes: the supported options and what is refused, or why the module is refused.
+        handle: the handler (:data:`Handler`).
+        exact: match the classes themselves, not their subclasses.
+        prefix: match instead every class defined in a module whose name starts with this
+            (a rule without classes and prefix matches every module).
+        label: the docs' name of what is matched (default: the class names).
+    """
+
+    classes: tuple[str, ...]
+    treatment: str
+    notes: str
+    handle: Handler
+    exact: bool = True
+    prefix: str = ""
+    label: str = ""
+    _resolved: list[tuple[type, ...]] = field(default_factory=list, compare=False, repr=False)
+
+    def types(self) -> tuple[type, ...]:
+        """The classes of :attr:`classes` (imported once)."""
+        if not self._resolved:
+            found = []
+            for name in self.classes:
+                module, _, attr = name.rpartition(".")
+                try:
+                    found.append(getattr(importlib.import_module(module), attr))
+                except (ImportError, AttributeError):
+                    pass
+            self._resolved.append(tuple(found))
+        return self._resolved[0]
+
+    def matches(self, module: nn.Module) -> bool:
+        """Whether this rule treats ``module``."""
+        cls = type(module)
+        if self.prefix or not self.classes:
+            return cls.__module__.startswith(self.prefix)
+        if self.exact:
+            return cls in self.types()
+        return isinstance(module, self.types())
+
+    def row(self) -> str:
+        """The rule as a row of the docs' table."""
+        what = self.label or ", ".join(f"`{c}`" for c in self.classes)
+        return f"| {what} | {self.treatment} | {self.notes} |"
 
 
 def _refuse(path: str, module: nn.Module, why: str) -> ConfigError:
@@ -87,140 +156,358 @@ def _refuse(path: str, module: nn.Module, why: str) -> ConfigError:
     )
 
 
-def _is_ours(module: nn.Module) -> bool:
-    """A module the user defined (not torch's or PyG's): kept, its children looked at."""
-    name = type(module).__module__
-    return not (name.startswith("torch.") or name.startswith("torch_geometric."))
-
-
-def _gcn(path: str, conv: nn.Module, part: PartGraph) -> nn.Module:
-    for what, bad in (
-        ("improved=True", conv.improved),
-        ("normalize=False", not conv.normalize),
-        ("add_self_loops=False", not conv.add_self_loops),
-        (f"aggr={conv.aggr!r}", conv.aggr != "add"),
-        (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
-    ):
+def _check(path: str, module: nn.Module, checks: tuple[tuple[str, bool], ...], why: str) -> None:
+    for what, bad in checks:
         if bad:
-            raise _refuse(path, conv, f"{what} is not supported (the twin is Kipf-Welling GCN)")
-    return GCNConvTwin(conv, part)
+            raise _refuse(path, module, f"{what} {why}")
 
 
-def _sage(path: str, conv: nn.Module, part: PartGraph) -> nn.Module:
-    if conv.aggr != "mean":
-        raise _refuse(path, conv, f"aggr={conv.aggr!r}: only the mean aggregation has a twin")
-    if conv.flow != "source_to_target":
-        raise _refuse(path, conv, f"flow={conv.flow!r} is not supported")
-    return SAGEConvTwin(conv, part)
+def _gcn(path: str, conv: Any, c: _Conversion) -> nn.Module:
+    _check(
+        path,
+        conv,
+        (
+            ("improved=True", conv.improved),
+            ("normalize=False", not conv.normalize),
+            ("add_self_loops=False", not conv.add_self_loops),
+            (f"aggr={conv.aggr!r}", conv.aggr != "add"),
+            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
+        ),
+        "is not supported (the twin is Kipf-Welling GCN)",
+    )
+    return GCNConvTwin(conv, c.part)
 
 
-def _gat(path: str, conv: nn.Module, part: PartGraph, index: int) -> nn.Module:
+def _sage(path: str, conv: Any, c: _Conversion) -> nn.Module:
+    if conv.aggr not in ("mean", "sum", "add"):
+        raise _refuse(
+            path, conv, f"aggr={conv.aggr!r}: only the mean and sum aggregations have a twin"
+        )
+    _check(
+        path,
+        conv,
+        ((f"flow={conv.flow!r}", conv.flow != "source_to_target"),),
+        "is not supported",
+    )
+    return SAGEConvTwin(conv, c.part)
+
+
+def _gat(path: str, conv: Any, c: _Conversion) -> nn.Module:
     if "gat" not in layer_kinds():
         raise _refuse(path, conv, "fullgraph has no gat layer kind in this installation")
     from fullgraph.models.layers.gat import NEGATIVE_SLOPE
 
-    for what, bad in (
-        ("bipartite input (a tuple of in_channels)", conv.lin is None),
-        ("edge_dim (edge features)", conv.edge_dim is not None),
-        ("add_self_loops=False", not conv.add_self_loops),
-        (f"negative_slope={conv.negative_slope}", conv.negative_slope != NEGATIVE_SLOPE),
-        (f"aggr={conv.aggr!r}", conv.aggr != "add"),
-        (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
-    ):
-        if bad:
-            raise _refuse(path, conv, f"{what} is not supported by the gat layer kind")
-    return gat_twin_class()(conv, part, index)
+    _check(
+        path,
+        conv,
+        (
+            ("bipartite input (a tuple of in_channels)", conv.lin is None),
+            ("edge_dim (edge features)", conv.edge_dim is not None),
+            ("add_self_loops=False", not conv.add_self_loops),
+            (f"negative_slope={conv.negative_slope}", conv.negative_slope != NEGATIVE_SLOPE),
+            (f"aggr={conv.aggr!r}", conv.aggr != "add"),
+            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
+        ),
+        "is not supported by the gat layer kind",
+    )
+    c.gat_count += 1
+    return gat_twin_class()(conv, c.part, c.gat_count - 1)
 
 
-def _batch_norm(path: str, bn: nn.Module, part: PartGraph) -> nn.Module:
-    if not bn.affine:
-        raise _refuse(path, bn, "affine=False is not supported (give it affine parameters)")
-    if not bn.track_running_stats:
-        raise _refuse(path, bn, "track_running_stats=False is not supported")
-    if bn.momentum is None:
-        raise _refuse(path, bn, "momentum=None (cumulative average) is not supported")
-    return BatchNormTwin(bn, part)
+def _gin(path: str, conv: Any, c: _Conversion) -> nn.Module:
+    _check(
+        path,
+        conv,
+        (
+            (f"aggr={conv.aggr!r}", conv.aggr != "add"),
+            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
+        ),
+        "is not supported",
+    )
+    return GINConvTwin(conv, c.part)
 
 
-def _per_row_shape(path: str, norm: nn.Module) -> None:
-    if len(norm.normalized_shape) != 1:
-        raise _refuse(path, norm, "normalized_shape must be the feature width alone")
+def _batch_norm(path: str, bn: Any, c: _Conversion) -> nn.Module:
+    _check(
+        path,
+        bn,
+        (
+            ("affine=False", not bn.affine),
+            ("track_running_stats=False", not bn.track_running_stats),
+            ("momentum=None (cumulative average)", bn.momentum is None),
+        ),
+        "is not supported",
+    )
+    return BatchNormTwin(bn, c.part)
 
 
-def _twin(path: str, module: nn.Module, part: PartGraph, gat_count: list[int]) -> Any:
+def _dropout(path: str, module: Any, c: _Conversion) -> nn.Module:
+    if not 0.0 <= module.p < 1.0:
+        raise _refuse(path, module, f"p={module.p}: the drop probability must be below 1")
+    return HashedDropout(module.p)
+
+
+def _pyg_batch_norm(path: str, module: Any, c: _Conversion) -> bool:
+    if module.allow_single_element:
+        raise _refuse(path, module, "allow_single_element=True is not supported")
+    return True
+
+
+def _pyg_layer_norm(path: str, module: Any, c: _Conversion) -> bool:
+    if module.mode != "node":
+        raise _refuse(
+            path,
+            module,
+            f"mode={module.mode!r}: {_WHOLE_GRAPH}; use mode='node' (each node on its own)",
+        )
+    return False
+
+
+def _per_row(path: str, module: Any, c: _Conversion) -> bool:
+    if len(module.normalized_shape) != 1:
+        raise _refuse(path, module, "normalized_shape must be the feature width alone")
+    return False
+
+
+def _softmax(path: str, module: Any, c: _Conversion) -> bool:
+    if module.dim not in (None, -1, 1):
+        raise _refuse(path, module, f"dim={module.dim} mixes nodes (use dim=-1)")
+    return False
+
+
+def _keep(path: str, module: nn.Module, c: _Conversion) -> bool:
+    return False
+
+
+def _walk(path: str, module: nn.Module, c: _Conversion) -> bool:
+    return True
+
+
+def _trim(path: str, module: nn.Module, c: _Conversion) -> nn.Module:
+    return TrimToLayerTwin()
+
+
+def _refuser(why: str) -> Handler:
+    def refuse(path: str, module: nn.Module, c: _Conversion) -> bool:
+        raise _refuse(path, module, why)
+
+    return refuse
+
+
+def _ours(path: str, module: nn.Module, c: _Conversion) -> bool:
+    """A module the user defined (not torch's or PyG's): kept, its children looked at."""
+    name = type(module).__module__
+    if name.startswith("torch.") or name.startswith("torch_geometric."):
+        raise _refuse(path, module, "not known to act on every node's row alone")
+    return True
+
+
+_G = "torch_geometric.nn."
+_RANDOM = "its random draws are not keyed by node: use nn.Dropout"
+
+#: How :func:`distribute` treats each module, first match first (the docs' table).
+RULES: tuple[Rule, ...] = (
+    Rule(
+        (f"{_G}GCNConv",),
+        "twin",
+        "`D^-1/2 (A + I) D^-1/2` with global degrees (Kipf-Welling), `bias`, `cached` (ignored: "
+        "the operator is built once). Refused: `improved=True`, `normalize=False`, "
+        "`add_self_loops=False`, another `aggr` or `flow`, `edge_weight` in the call",
+        _gcn,
+    ),
+    Rule(
+        (f"{_G}SAGEConv",),
+        "twin",
+        "`aggr='mean'` or `'sum'` / `'add'`; `project`, `normalize`, "
+        "`root_weight`, `bias`. Refused: other aggregations, bipartite input, `flow`",
+        _sage,
+    ),
+    Rule(
+        (f"{_G}GATConv",),
+        "twin",
+        "the `gat` layer kind: `heads`, `concat`, `dropout` (attention dropout, hashed per "
+        "edge), `bias`, `residual`. Refused: `edge_dim`, bipartite input, "
+        "`add_self_loops=False`, `negative_slope` other than 0.2, `return_attention_weights`",
+        _gat,
+    ),
+    Rule(
+        (f"{_G}GINConv",),
+        "twin",
+        "`nn((1 + eps) x_i + sum_j x_j)`, the sum over incoming neighbours; `eps`, "
+        "`train_eps`; its `nn` is converted in turn. Refused: bipartite input",
+        _gin,
+    ),
+    Rule(
+        (f"{_G}conv.MessagePassing",),
+        "refused",
+        "every other message-passing layer (`GraphConv`, `GATv2Conv`, `GINEConv`, `PNAConv`, "
+        "`EdgeConv`, ...)",
+        _refuser(_MESSAGE_PASSING),
+        exact=False,
+    ),
+    Rule(
+        ("torch.nn.BatchNorm1d", "torch.nn.SyncBatchNorm"),
+        "twin",
+        "moments over every rank's rows, running statistics as torch. Refused: "
+        "`affine=False`, `track_running_stats=False`, `momentum=None`",
+        _batch_norm,
+        exact=False,
+    ),
+    Rule(
+        ("torch.nn.Dropout",),
+        "twin",
+        "masks hashed from (seed, step, call index, global node id, column)",
+        _dropout,
+    ),
+    Rule(
+        ("torch.nn.modules.dropout._DropoutNd", "torch.nn.RReLU"),
+        "refused",
+        "`AlphaDropout`, `Dropout1d/2d/3d`, `FeatureAlphaDropout`, `RReLU`: " + _RANDOM,
+        _refuser(_RANDOM),
+        exact=False,
+        label="other dropout modules, `torch.nn.RReLU`",
+    ),
+    Rule(
+        (f"{_G}BatchNorm",),
+        "walked",
+        "its `BatchNorm1d` is converted. Refused: `allow_single_element=True`",
+        _pyg_batch_norm,
+    ),
+    Rule(
+        (f"{_G}LayerNorm",),
+        "kept",
+        "`mode='node'` (each node on its own). Refused: `mode='graph'` (the default)",
+        _pyg_layer_norm,
+    ),
+    Rule(
+        ("torch.nn.LayerNorm", "torch.nn.RMSNorm"),
+        "kept",
+        "`normalized_shape` the feature width",
+        _per_row,
+        exact=False,
+    ),
+    Rule(
+        ("torch.nn.Softmax", "torch.nn.Softmin", "torch.nn.LogSoftmax", "torch.nn.GLU"),
+        "kept",
+        "`dim=-1` or `1`. Refused: `dim=0` (mixes nodes)",
+        _softmax,
+        exact=False,
+    ),
+    Rule(
+        (f"{_G}MLP",),
+        "walked",
+        "`dropout` (its `F.dropout` calls are made exact), `norm='batch_norm'` (converted), "
+        "`'layer_norm'` with `norm_kwargs={'mode': 'node'}`",
+        _walk,
+    ),
+    Rule(
+        (f"{_G}Linear", f"{_G}JumpingKnowledge"),
+        "kept",
+        "row-wise; `JumpingKnowledge` modes `cat`, `max` and `lstm` (per node)",
+        _keep,
+        exact=False,
+    ),
+    Rule(
+        tuple(f"torch.nn.{name}" for name in _ROW_WISE),
+        "kept",
+        "row-wise",
+        _keep,
+        exact=False,
+        label="`torch.nn` `Linear`, `Bilinear`, `Identity`, `GroupNorm` and the activations "
+        "(`ReLU`, `ELU`, `GELU`, `LeakyReLU`, `PReLU`, ...)",
+    ),
+    Rule(
+        tuple(f"torch.nn.{name}" for name in _CONTAINERS),
+        "walked",
+        "containers",
+        _walk,
+        exact=False,
+    ),
+    Rule(
+        (f"{_G}models.basic_gnn.BasicGNN",),
+        "walked",
+        "PyG's `GCN`, `GraphSAGE`, `GAT`, `GIN` models with `num_layers`, `out_channels`, "
+        "`dropout`, `act`, `act_first`, `norm` (`batch_norm`; `layer_norm` with "
+        "`norm_kwargs={'mode': 'node'}`), `jk` (`last`, `cat`, `max`, `lstm`) and their layer's "
+        "options above (refused: `GAT(v2=True)`, `PNA`, `EdgeCNN`: their layers have no twin)",
+        _walk,
+        exact=False,
+        label="`torch_geometric.nn.models.GCN`, `GraphSAGE`, `GAT`, `GIN` (any `BasicGNN`)",
+    ),
+    Rule(
+        ("torch_geometric.utils._trim_to_layer.TrimToLayer",),
+        "twin",
+        "inside every `BasicGNN`: refuses `num_sampled_nodes_per_hop` when called (sampled "
+        "subgraphs)",
+        _trim,
+    ),
+    Rule(
+        (f"{_G}aggr.Aggregation",),
+        "refused",
+        "pooling and aggregation over nodes: " + _WHOLE_GRAPH,
+        _refuser(f"pooling and aggregation over nodes: {_WHOLE_GRAPH}"),
+        exact=False,
+    ),
+    Rule(
+        (),
+        "refused",
+        "pooling over nodes: " + _WHOLE_GRAPH,
+        _refuser(f"pooling and aggregation over nodes: {_WHOLE_GRAPH}"),
+        prefix="torch_geometric.nn.pool",
+        label="`torch_geometric.nn.pool.*`",
+    ),
+    Rule(
+        (),
+        "refused",
+        "`GraphNorm`, `InstanceNorm`, `PairNorm`, ...: " + _WHOLE_GRAPH,
+        _refuser(_WHOLE_GRAPH),
+        prefix="torch_geometric.nn.norm",
+        label="other `torch_geometric.nn.norm.*`",
+    ),
+    Rule(
+        (),
+        "walked",
+        "your own modules (not torch's or PyG's); any other torch or PyG module is refused as "
+        "not known to act on every node's row alone",
+        _ours,
+        label="anything else",
+    ),
+)
+
+
+def _lazy(module: nn.Module) -> bool:
+    return any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters())
+
+
+def _twin(path: str, module: nn.Module, c: _Conversion) -> nn.Module | bool:
     """The twin of ``module``, ``True`` to keep it and look at its children, ``False`` to keep
     it as it is.
 
     Raises:
         ConfigError: ``module`` cannot be distributed exactly (path, class and why).
     """
-    from torch_geometric.nn import MLP, GATConv, GCNConv, JumpingKnowledge, SAGEConv
-    from torch_geometric.nn import BatchNorm as PygBatchNorm
-    from torch_geometric.nn import LayerNorm as PygLayerNorm
-    from torch_geometric.nn import Linear as PygLinear
-    from torch_geometric.nn.aggr import Aggregation
-    from torch_geometric.nn.conv import MessagePassing
-    from torch_geometric.nn.models.basic_gnn import BasicGNN
-
-    if isinstance(module, TWINS) or getattr(module, "_part", None) is part:
+    if isinstance(module, TWINS) or getattr(module, "_part", None) is c.part:
         return False
-    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters()):
+    if _lazy(module):
         raise _refuse(path, module, "lazy parameters (in_channels=-1): give the input width")
-    if type(module) is GCNConv:
-        return _gcn(path, module, part)
-    if type(module) is SAGEConv:
-        return _sage(path, module, part)
-    if type(module) is GATConv:
-        gat_count[0] += 1
-        return _gat(path, module, part, gat_count[0] - 1)
-    if isinstance(module, MessagePassing):
-        raise _refuse(path, module, _MESSAGE_PASSING)
-    if isinstance(module, (nn.BatchNorm1d, nn.SyncBatchNorm)):
-        return _batch_norm(path, module, part)
-    if type(module) is nn.Dropout:
-        if not 0.0 <= module.p < 1.0:
-            raise _refuse(path, module, f"p={module.p}: the drop probability must be below 1")
-        return HashedDropout(module.p)
-    if isinstance(module, nn.modules.dropout._DropoutNd) or isinstance(module, nn.RReLU):
-        raise _refuse(path, module, "its random draws are not keyed by node: use nn.Dropout")
-    if type(module) is PygBatchNorm:
-        if module.allow_single_element:
-            raise _refuse(path, module, "allow_single_element=True is not supported")
-        return True
-    if type(module) is PygLayerNorm:
-        if module.mode != "node":
-            raise _refuse(
-                path,
-                module,
-                f"mode={module.mode!r}: {_WHOLE_GRAPH}; use mode='node' (each node on its own)",
-            )
-        return False
-    if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
-        _per_row_shape(path, module)
-        return False
-    if isinstance(module, (nn.Softmax, nn.Softmin, nn.LogSoftmax, nn.GLU)):
-        if module.dim not in (None, -1, 1):
-            raise _refuse(path, module, f"dim={module.dim} mixes nodes (use dim=-1)")
-        return False
-    if type(module) is MLP:
-        if any(p > 0 for p in module.dropout):
-            raise _refuse(
-                path, module, "its dropout draws from torch's generator: build it with dropout=0"
-            )
-        return True
-    if isinstance(module, (PygLinear, JumpingKnowledge)) or isinstance(module, _ROW_WISE):
-        return isinstance(module, (nn.Sequential, nn.ModuleList, nn.ModuleDict))
-    if isinstance(module, BasicGNN):
-        return True
-    if isinstance(module, Aggregation) or type(module).__module__.startswith(
-        "torch_geometric.nn.pool"
-    ):
-        raise _refuse(path, module, f"pooling and aggregation over nodes: {_WHOLE_GRAPH}")
-    if type(module).__module__.startswith("torch_geometric.nn.norm"):
-        raise _refuse(path, module, _WHOLE_GRAPH)
-    if _is_ours(module):
-        return True
-    raise _refuse(path, module, "not known to act on every node's row alone")
+    for rule in RULES:
+        if rule.matches(module):
+            return rule.handle(path, module, c)
+    raise AssertionError("the last rule matches every module")  # pragma: no cover
+
+
+def support_table() -> str:
+    """:data:`RULES` and the watched calls (:mod:`fullgraph.pyg.functional`) as the markdown
+    tables of ``docs/pyg.md``."""
+    from fullgraph.pyg.functional import calls_table
+
+    lines = [
+        "| module | treatment | supported options; refused |",
+        "|---|---|---|",
+        "| any module with lazy parameters (`in_channels=-1`) | refused | give the input width |",
+        *(rule.row() for rule in RULES),
+    ]
+    return "\n".join(lines) + "\n\n" + calls_table()
 
 
 def distribute(model: nn.Module, data: Any) -> nn.Module:
@@ -241,8 +528,9 @@ def distribute(model: nn.Module, data: Any) -> nn.Module:
         The converted model (``model`` itself unless ``model`` is a single supported layer).
 
     Raises:
-        ConfigError: a module that cannot be distributed exactly (its path, class and why), or
-            a model already converted for another part.
+        ConfigError: a module that cannot be distributed exactly (its path, class and why; on
+            every rank alike when any rank refuses), or a model already converted for another
+            part.
     """
     part = part_graph_of(data, "fullgraph.pyg.distribute")
     done = getattr(model, "_fullgraph_run", None)
@@ -250,25 +538,46 @@ def distribute(model: nn.Module, data: Any) -> nn.Module:
         if done.part is not part:
             raise ConfigError("distribute: the model was already converted for another part")
         return model
-    gat_count = [0]
+    conversion = _Conversion(part)
 
-    def walk(module: nn.Module, path: str) -> None:
-        for name, child in list(module.named_children()):
-            where = f"{path}.{name}"
-            twin = _twin(where, child, part, gat_count)
-            if isinstance(twin, nn.Module):
-                setattr(module, name, twin)
-            elif twin:
-                walk(child, where)
+    def convert(module: nn.Module, path: str) -> nn.Module:
+        twin = _twin(path, module, conversion)
+        if isinstance(twin, nn.Module):
+            for name in getattr(twin, "CONVERT_CHILDREN", ()):
+                setattr(twin, name, convert(getattr(twin, name), f"{path}.{name}"))
+            return twin
+        if twin:
+            for name, child in list(module.named_children()):
+                setattr(module, name, convert(child, f"{path}.{name}"))
+        return module
 
-    root = _twin("model", model, part, gat_count)
-    if isinstance(root, nn.Module):
-        model = root
-    elif root:
-        walk(model, "model")
+    try:
+        model = convert(model, "model")
+        refused = None
+    except ConfigError as error:
+        refused = error
+    _agree(part, refused)
     _broadcast_state(model, part)
     model._fullgraph_run = ModelRun(model, part)
     return model
+
+
+def _agree(part: PartGraph, refused: ConfigError | None) -> None:
+    """Raise alike on every rank when any rank refused the model (a collective with several).
+
+    Raises:
+        ConfigError: the first refusal in rank order, marked ``alike`` (printed once, by rank
+            0, by the one-line hook of :func:`fullgraph.pyg.load_part`).
+    """
+    messages = [None if refused is None else str(refused)]
+    if part.comm.size > 1:
+        messages = part.comm.allgather_object(messages[0])
+    first = next((m for m in messages if m is not None), None)
+    if first is None:
+        return
+    error = refused if refused is not None and str(refused) == first else ConfigError(first)
+    error.alike = True  # type: ignore[attr-defined]
+    raise error
 
 
 def _broadcast_state(model: nn.Module, part: PartGraph) -> None:

@@ -5,7 +5,8 @@
   the global loss on every rank.
 - :func:`accuracy`: correct predictions over all ranks.
 - :func:`dropout`: ``F.dropout`` with masks hashed from (seed, step, call index, global node
-  id, column): the masks one process draws, whichever rank holds a node.
+  id, column): the masks one process draws, whichever rank holds a node (inside a converted
+  model ``F.dropout`` draws them too).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fullgraph.models.dropout import hashed_dropout
+from fullgraph.pyg.functional import drop
 from fullgraph.pyg.part_data import part_graph_of
 from fullgraph.pyg.runtime import active_part
 
@@ -86,6 +87,8 @@ def dropout(x: torch.Tensor, p: float = 0.5, training: bool = True) -> torch.Ten
     of node ``v``, column ``j`` is a hash of (seed, training step, index of this dropout call in
     the pass, ``v``'s global id, ``j``): P ranks draw what one process draws. Anywhere else
     (the unconverted model) this is ``F.dropout``, so a model may call it in both settings.
+    ``F.dropout`` itself draws the same masks inside a converted model
+    (:mod:`fullgraph.pyg.functional`); this is the same call by name.
 
     Args:
         x: node rows, [num_nodes, width].
@@ -96,14 +99,10 @@ def dropout(x: torch.Tensor, p: float = 0.5, training: bool = True) -> torch.Ten
         ``x * mask / (1 - p)``.
 
     Raises:
-        ConfigError: inside a converted model, ``x`` is not one row per node of the part.
+        ConfigError: inside a converted model, ``x`` is neither one row per node of the part
+            nor a parameter.
     """
     part = active_part()
     if part is None:
         return F.dropout(x, p, training)
-    stream = part.stream
-    part.stream += 1  # every call takes a stream, so the numbering does not depend on p
-    if not training or p <= 0.0:
-        return x
-    part.check_rows(x, "fullgraph.pyg.dropout")
-    return hashed_dropout(x, part.global_ids, p, part.seed, part.step, stream)
+    return drop(part, x, p, training, "fullgraph.pyg.dropout")

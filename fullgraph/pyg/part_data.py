@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from typing import Any
 
 import numba
@@ -30,8 +31,9 @@ from fullgraph.distributed import (
     detect_launch,
     resolve_transport,
 )
-from fullgraph.distributed.halo import HaloPlan
-from fullgraph.errors import ConfigError
+from fullgraph.distributed.halo import HaloPlan, SplitOperator
+from fullgraph.errors import ConfigError, FullgraphError
+from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.partition import (
     Partition,
@@ -99,7 +101,8 @@ class PartGraph:
         """The context of layer kind ``kind`` for inputs like ``like`` (device and dtype).
 
         Args:
-            kind: a registered layer kind (``gcn``, ``sage``, ``gat``).
+            kind: a registered layer kind (``gcn``, ``sage``, ``gat``), or :data:`SUM`: the
+                plain sum over every node's incoming neighbours (GIN, ``SAGEConv(aggr="sum")``).
             like: an input of the layer; its device and floating dtype are used.
 
         Returns:
@@ -109,9 +112,12 @@ class PartGraph:
         """
         key = (kind, like.device, like.dtype)
         if key not in self._contexts:
-            self._contexts[key] = rank_context(
-                self.part, self.plan, kind, self.seed, like.device, like.dtype
-            )
+            if kind == SUM:
+                self._contexts[key] = _sum_context(self.context("sage", like))
+            else:
+                self._contexts[key] = rank_context(
+                    self.part, self.plan, kind, self.seed, like.device, like.dtype
+                )
         return self._contexts[key]
 
     def check_rows(self, x: torch.Tensor, where: str) -> None:
@@ -126,6 +132,23 @@ class PartGraph:
                 f"{where}: expected this rank's node rows [{self.num_inner}, features], got "
                 f"{shape}; converted layers take node features, one row per node of data.x"
             )
+
+
+#: The pseudo-kind of :meth:`PartGraph.context` whose operator sums the incoming neighbours.
+SUM = "sum"
+
+
+def _sum_context(mean: GraphContext) -> GraphContext:
+    """The context of the plain sum: the ``sage`` kind's mean operator with unit values.
+
+    The mean operator holds one entry per incoming edge (duplicates kept, no self-loop), so
+    with every value 1 it sums the neighbours as PyG's ``aggr="add"`` does.
+    """
+
+    def ones(a: CSRMatrix | None) -> CSRMatrix | None:
+        return None if a is None else a.with_values(torch.ones_like(a.values))
+
+    return replace(mean, op=SplitOperator(ones(mean.op.inner), ones(mean.op.halo)))
 
 
 def _graph_digest(graph: Graph) -> str:
@@ -161,12 +184,39 @@ def _part_of_graph(graph: Graph, comm: Communicator, method: str) -> Partition:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _one_line_errors(rank: int, size: int) -> None:
+    """Print an uncaught :class:`~fullgraph.errors.FullgraphError` of the script as one line.
+
+    ``fullgraph.pyg: error: MESSAGE`` on standard error instead of a traceback (the process
+    still exits with status 1). An error every rank raised alike (``alike``: agreed by a
+    collective, e.g. a refusal of :func:`fullgraph.pyg.distribute`) is printed by rank 0 only;
+    any other by the rank that raised it, naming the rank when there are several. Other
+    exceptions keep the previous hook.
+    """
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if not isinstance(value, FullgraphError):
+            previous(kind, value, tb)
+            return
+        alike = getattr(value, "alike", False)
+        if alike and rank > 0:
+            return
+        where = f"rank {rank}: " if size > 1 and not alike else ""
+        sys.stderr.flush()
+        # one write: the lines of several ranks sharing a pipe never interleave
+        os.write(2, f"fullgraph.pyg: error: {where}{value}\n".encode())
+
+    sys.excepthook = hook
+
+
 def _communicator(threads: int | None, timeout_s: float) -> Communicator:
     """The communicator of the launcher that started us (closed at exit); sets the threads.
 
     The process watchdog (:mod:`fullgraph.watchdog`, installed here unless the process has one)
     bounds the set-up and :func:`load_part` by ``timeout_s`` and ends the rank if its launcher
-    dies; it leaves the script's signal handling alone.
+    dies; it leaves the script's signal handling alone. The script's uncaught fullgraph errors
+    are printed in one line (:func:`_one_line_errors`).
     """
     info = detect_launch()
     watchdog = current_watchdog() or Watchdog("fullgraph.pyg").install(signals=False)
@@ -174,6 +224,7 @@ def _communicator(threads: int | None, timeout_s: float) -> Communicator:
     with phase("connection set-up"):
         comm = create_communicator(resolve_transport("auto", info), info, timeout_s)
     atexit.register(comm.close)
+    _one_line_errors(comm.rank, comm.size)
     if threads is not None or info.size > 1:
         n = threads or default_threads(info)
         torch.set_num_threads(n)

@@ -3,12 +3,14 @@
 :func:`fullgraph.pyg.distribute` gives the model a :class:`ModelRun`, which hooks its forward:
 
 - before: a training pass advances the part's step (it keys the dropout masks with the index
-  of each dropout call in the pass), and the part becomes the one
-  :func:`fullgraph.pyg.dropout` draws for;
-- after: a training pass that drew from torch's random generator is refused (``F.dropout``,
-  ``torch.rand``: their draws differ between ranks, so P ranks would not compute what one
-  process computes), and the outputs are marked so that their backward pass ends with the
-  gradient all-reduce;
+  of each dropout call in the pass), the part becomes the one :func:`fullgraph.pyg.dropout`
+  draws for, and the torch calls of the pass are watched
+  (:class:`~fullgraph.pyg.functional.ForwardCalls`: ``F.dropout``, ``torch.dropout`` and
+  ``nn.Dropout`` draw hashed masks, ``torch.rand`` and the other draws are refused at the call);
+- after: a training pass that still drew from torch's random generator (a call not watched by
+  name) is refused: its draws differ between ranks, so P ranks would not compute what one
+  process computes; the outputs are marked so that their backward pass ends with the gradient
+  all-reduce;
 - at the end of the backward pass (``loss.backward()``): every gradient of the model is summed
   over the ranks in one fixed-order all-reduce
   (:func:`fullgraph.run.epochs.reduce_gradients`, which stops on a non-finite value), so
@@ -24,6 +26,7 @@ import torch
 from torch import nn
 
 from fullgraph.errors import ConfigError
+from fullgraph.pyg.functional import ForwardCalls
 from fullgraph.pyg.part_data import PartGraph
 from fullgraph.run.epochs import reduce_gradients
 
@@ -70,6 +73,7 @@ class ModelRun:
     def __init__(self, model: nn.Module, part: PartGraph) -> None:
         self.model, self.part = model, part
         self._rng: list[torch.Tensor] | None = None
+        self._calls: list[ForwardCalls] = []
         self._scheduled = False
         self._reduced_step = -1
         model.register_forward_pre_hook(self._before)
@@ -81,8 +85,13 @@ class ModelRun:
         self.part.stream = 0
         _ACTIVE.append(self.part)
         self._rng = _rng_states() if module.training else None
+        calls = ForwardCalls(self.part, module.training)
+        calls.__enter__()
+        self._calls.append(calls)
 
     def _after(self, module: nn.Module, args: Any, output: Any) -> Any:
+        if self._calls:
+            self._calls.pop().__exit__(None, None, None)
         if _ACTIVE and _ACTIVE[-1] is self.part:
             _ACTIVE.pop()
         if output is None or not module.training:
@@ -93,9 +102,9 @@ class ModelRun:
         ):
             raise ConfigError(
                 f"{type(module).__name__}.forward drew from torch's random generator in a "
-                f"training pass (F.dropout, torch.rand, ...): the draws differ between ranks, so "
-                f"P ranks would not compute what one process computes; use "
-                f"fullgraph.pyg.dropout(x, p, training) or torch.nn.Dropout modules"
+                f"training pass: the draws differ between ranks, so P ranks would not compute "
+                f"what one process computes (F.dropout, torch.dropout and nn.Dropout are made "
+                f"exact; other draws are refused)"
             )
         if torch.is_grad_enabled():
             return self._mark(output)

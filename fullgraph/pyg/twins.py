@@ -9,12 +9,15 @@ computes on the whole graph:
 
 - ``GCNConv`` and ``SAGEConv(aggr="mean")`` aggregate with the operators of
   :mod:`fullgraph.models.layers` (global degrees; halo rows exchanged, overlapped with the inner
-  product), transforming first when that narrows the exchange;
+  product), transforming first when that narrows the exchange; ``SAGEConv(aggr="sum")`` and
+  ``GINConv`` with the plain sum over the incoming neighbours (the ``sage`` operator's structure
+  with unit values, :data:`~fullgraph.pyg.part_data.SUM`);
 - ``GATConv`` is the ``gat`` layer kind of :mod:`fullgraph.models.layers` (attention dropout
   from counter hashes);
 - ``BatchNorm1d`` (also inside PyG's ``BatchNorm``) is
   :class:`~fullgraph.models.norm.GraphBatchNorm`: moments over every rank's rows;
-- ``Dropout`` is :func:`fullgraph.pyg.dropout`: masks hashed from the global node ids.
+- ``Dropout`` is :func:`fullgraph.pyg.dropout`: masks hashed from the global node ids;
+- PyG's ``TrimToLayer`` (inside every ``BasicGNN``) refuses the sampled-subgraph arguments.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from fullgraph.models.context import GraphContext
 from fullgraph.models.layers import layer_class
 from fullgraph.models.norm import GraphBatchNorm
 from fullgraph.pyg.helpers import dropout
-from fullgraph.pyg.part_data import PartGraph
+from fullgraph.pyg.part_data import SUM, PartGraph
 
 
 def _context(twin: nn.Module, kind: str, x: Any, edge_index: Any, **unused: Any) -> GraphContext:
@@ -88,7 +91,8 @@ class GCNConvTwin(nn.Module):
 
 
 class SAGEConvTwin(nn.Module):
-    """``SAGEConv(aggr="mean")`` on the rank's rows: ``mean(X_N(i)) W_l + b + X_i W_r``.
+    """``SAGEConv(aggr="mean")`` on the rank's rows: ``mean(X_N(i)) W_l + b + X_i W_r``
+    (``aggr="sum"`` or ``"add"``: the sum of the neighbours).
 
     ``project`` (a ReLU-activated linear map of the neighbours first), ``root_weight`` and
     ``normalize`` behave as in PyG.
@@ -101,6 +105,7 @@ class SAGEConvTwin(nn.Module):
     def __init__(self, conv: nn.Module, part: PartGraph) -> None:
         super().__init__()
         self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.aggr = "mean" if conv.aggr == "mean" else "sum"
         self.normalize, self.root_weight = conv.normalize, conv.root_weight
         self.project = bool(conv.project)
         if self.project:
@@ -112,7 +117,7 @@ class SAGEConvTwin(nn.Module):
 
     def forward(self, x: torch.Tensor, edge_index: Any, size: Any = None) -> torch.Tensor:
         """This rank's rows of ``SAGEConv(x, edge_index)`` (no bipartite input)."""
-        ctx = _context(self, "sage", x, edge_index, size=size)
+        ctx = _context(self, "sage" if self.aggr == "mean" else SUM, x, edge_index, size=size)
         src = self.lin(x).relu() if self.project else x
         out = _aggregate_linear(ctx, src, self.lin_l.weight, self.lin_l.bias)
         if self.root_weight:
@@ -122,7 +127,58 @@ class SAGEConvTwin(nn.Module):
         return out
 
     def extra_repr(self) -> str:
-        return f"{self.in_channels}, {self.out_channels}, aggr=mean"
+        return f"{self.in_channels}, {self.out_channels}, aggr={self.aggr}"
+
+
+class GINConvTwin(nn.Module):
+    """``GINConv`` on the rank's rows: ``nn((1 + eps) X_i + sum(X_N(i)))``.
+
+    The sum over the incoming neighbours is the part's sum operator (halo rows exchanged);
+    ``nn`` is the PyG layer's own module (converted in turn by :func:`fullgraph.pyg.distribute`:
+    an ``MLP``'s ``BatchNorm`` takes its moments over all ranks).
+
+    Args:
+        conv: the PyG layer (its ``nn`` and ``eps``, a buffer or with ``train_eps`` a
+            parameter, are taken over).
+        part: the rank's part.
+    """
+
+    #: Children :func:`fullgraph.pyg.distribute` converts in turn.
+    CONVERT_CHILDREN = ("nn",)
+
+    def __init__(self, conv: nn.Module, part: PartGraph) -> None:
+        super().__init__()
+        self.nn = conv.nn
+        self.initial_eps = conv.initial_eps
+        if isinstance(conv.eps, nn.Parameter):
+            self.eps = conv.eps
+        else:
+            self.register_buffer("eps", conv.eps)
+        self._part = part
+
+    def forward(self, x: torch.Tensor, edge_index: Any, size: Any = None) -> torch.Tensor:
+        """This rank's rows of ``GINConv(x, edge_index)`` (no bipartite input)."""
+        ctx = _context(self, SUM, x, edge_index, size=size)
+        return self.nn(ctx.aggregate(x) + (1 + self.eps) * x)
+
+    def extra_repr(self) -> str:
+        return f"eps={self.initial_eps}, train_eps={isinstance(self.eps, nn.Parameter)}"
+
+
+class TrimToLayerTwin(nn.Module):
+    """PyG's ``TrimToLayer`` (every ``BasicGNN`` holds one): called only for sampled
+    subgraphs (``num_sampled_nodes_per_hop``), which a full graph part is not."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Refuse: the model was given the sampled-subgraph arguments.
+
+        Raises:
+            ConfigError: always.
+        """
+        raise ConfigError(
+            "num_sampled_nodes_per_hop / num_sampled_edges_per_hop (trimming a sampled "
+            "subgraph per layer) do not apply to a distributed model: it runs on the whole graph"
+        )
 
 
 @functools.cache

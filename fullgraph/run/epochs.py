@@ -3,8 +3,9 @@
 What the two have in common lives here, so that their comparison is like for like: the
 gradient reduction (one fixed-order all-reduce of every gradient and the loss, then a stop on a
 non-finite value), accuracy counting over all ranks, the epoch record (times as the maximum over
-ranks, bytes summed), best-validation tracking, the per-epoch line and JSON object, and the
-final record. A trainer derives from :class:`EpochLoop` and supplies only how an epoch trains
+ranks, bytes summed), best-validation tracking by the run's metric (``acc`` or ``rocauc``, see
+:mod:`fullgraph.run.metrics`), the per-epoch line and JSON object, and the final record. A
+trainer derives from :class:`EpochLoop` and supplies only how an epoch trains
 (:meth:`EpochLoop.train_epoch`) and how it predicts (:meth:`EpochLoop.evaluate`).
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from fullgraph.errors import TrainingDiverged, mark_replicated
+from fullgraph.metrics import METRICS
 from fullgraph.resources import peak_rss_mb
 from fullgraph.run.log import append_record, write_epoch
 
@@ -112,19 +114,32 @@ class EpochStats:
 class EpochLoop:
     """The epochs of a run: train, evaluate when due, record, log, hook.
 
-    A subclass sets :attr:`comm`, :attr:`epochs`, :attr:`eval_every`, :attr:`quiet` and
-    implements :meth:`train_epoch` and :meth:`evaluate`; it may override :meth:`after_epoch`
-    (checkpoints), :meth:`record_extra` and :meth:`final_extra` (its own fields).
+    A subclass sets :attr:`comm`, :attr:`epochs`, :attr:`eval_every`, :attr:`quiet`,
+    :attr:`metric` (resolved: ``acc`` or ``rocauc``) and implements :meth:`train_epoch` and
+    :meth:`evaluate`; it may override :meth:`after_epoch` (checkpoints), :meth:`record_extra`
+    and :meth:`final_extra` (its own fields).
     """
 
     comm: Any
     epochs: int
     eval_every: int
     quiet: bool = False
+    metric: str = "acc"
 
     def __init__(self) -> None:
         self.start_epoch = 1
         self.history: dict[str, Any] = {"best_val_acc": -1.0, "test_at_best": 0.0, "epoch_s": []}
+
+    def _track(self) -> str:
+        """The history's key of the best validation score, started over when the history (a
+        resumed checkpoint's) tracked another metric (``acc`` where it names none)."""
+        key = f"best_val_{self.metric}"
+        if self.history.get("metric", "acc") != self.metric or key not in self.history:
+            for other in METRICS:
+                self.history.pop(f"best_val_{other}", None)
+            self.history.update({key: -1.0, "test_at_best": 0.0, "best_epoch": None})
+        self.history["metric"] = self.metric
+        return key
 
     # -- what a trainer supplies -------------------------------------------------------------
     def train_epoch(self, epoch: int) -> EpochStats:
@@ -132,7 +147,8 @@ class EpochLoop:
         raise NotImplementedError
 
     def evaluate(self) -> dict[str, float]:
-        """``train_acc``, ``val_acc``, ``test_acc`` over all ranks (a collective)."""
+        """``train_<metric>``, ``val_<metric>``, ``test_<metric>`` over all ranks (a
+        collective)."""
         raise NotImplementedError
 
     def before_epoch(self, epoch: int) -> None:
@@ -191,10 +207,11 @@ class EpochLoop:
             log: an open text file for JSON lines (rank 0), or ``None``.
 
         Returns:
-            The final summary (``best_val_acc``, ``test_acc`` at the best validation epoch,
-            ``median_epoch_s``, ...), the same on every rank.
+            The final summary (``best_val_<metric>``, ``test_<metric>`` at the best validation
+            epoch, ``metric``, ``median_epoch_s``, ...), the same on every rank.
         """
         comm = self.comm
+        best, m = self._track(), self.metric
         for epoch in range(self.start_epoch, self.epochs + 1):
             self.before_epoch(epoch)
             bytes0, halo0 = sum(comm.bytes_sent.values()), comm.bytes_sent["halo"]
@@ -206,9 +223,9 @@ class EpochLoop:
             eval_s = time.perf_counter() - t_eval
             rec = self.epoch_record(epoch, stats, acc, eval_s, bytes0, halo0)
             self.history["epoch_s"].append(rec["epoch_s"])
-            if acc and acc["val_acc"] > self.history["best_val_acc"]:
-                self.history["best_val_acc"] = acc["val_acc"]
-                self.history["test_at_best"] = acc["test_acc"]
+            if acc and acc[f"val_{m}"] > self.history[best]:
+                self.history[best] = acc[f"val_{m}"]
+                self.history["test_at_best"] = acc[f"test_{m}"]
                 self.history["best_epoch"] = epoch
                 self.on_best(epoch, acc)
             self.history.setdefault("losses", []).append(stats.loss)
@@ -218,8 +235,9 @@ class EpochLoop:
         final = {
             "final": True,
             "epochs": self.epochs,
-            "best_val_acc": self.history["best_val_acc"],
-            "test_acc": self.history["test_at_best"],
+            best: self.history[best],
+            f"test_{m}": self.history["test_at_best"],
+            "metric": m,
             "best_epoch": self.history.get("best_epoch"),
             "median_epoch_s": statistics.median(self.history["epoch_s"] or [0.0]),
             "ranks": comm.size,
@@ -233,8 +251,10 @@ class EpochLoop:
 
 def final_line(final: dict[str, Any], threads: int) -> str:
     """The one line both commands print at the end of a run (rank 0)."""
+    m = final.get("metric", "acc")
+    name = "" if m == "acc" else f"{m} "  # accuracy: the line as it always was
     return (
-        f"final: best val {final['best_val_acc']:.4f} (epoch {final['best_epoch']}), test at "
-        f"best val {final['test_acc']:.4f}, median epoch {final['median_epoch_s'] * 1e3:.1f} ms, "
-        f"{final['ranks']} rank(s) x {threads} thread(s)"
+        f"final: best val {name}{final[f'best_val_{m}']:.4f} (epoch {final['best_epoch']}), test "
+        f"at best val {final[f'test_{m}']:.4f}, median epoch {final['median_epoch_s'] * 1e3:.1f} "
+        f"ms, {final['ranks']} rank(s) x {threads} thread(s)"
     )

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from fullgraph.errors import no_room
+from fullgraph.metrics import METRICS
 
 
 def append_record(rec: dict[str, Any], log: Any) -> None:
@@ -32,10 +33,13 @@ def write_epoch(rec: dict[str, Any], log: Any | None, quiet: bool) -> None:
     if quiet:
         return
     accs = ""
-    if "val_acc" in rec:
-        accs = (
-            f" | train {rec['train_acc']:.4f} val {rec['val_acc']:.4f} test {rec['test_acc']:.4f}"
-        )
+    for metric in METRICS:
+        if f"val_{metric}" in rec:
+            name = "" if metric == "acc" else f" {metric}"  # accuracy: the line as it always was
+            accs = (
+                f" |{name} train {rec[f'train_{metric}']:.4f} val {rec[f'val_{metric}']:.4f} "
+                f"test {rec[f'test_{metric}']:.4f}"
+            )
     codec = ""
     if rec.get("compress_fwd", "none") != "none" or rec.get("compress_bwd", "none") != "none":
         codec = f", codec {rec.get('codec_s', 0.0) * 1e3:.1f}"

@@ -22,10 +22,12 @@ from fullgraph.config import (
     SEED,
     Config,
     check_path,
+    number,
     option,
 )
 from fullgraph.distributed.compression import CODECS
 from fullgraph.errors import ConfigError
+from fullgraph.metrics import METRIC_CHOICES
 from fullgraph.models.gnn import GNN
 from fullgraph.models.layers import LayerOptions, layer_kinds
 from fullgraph.models.norm import NORMS
@@ -47,6 +49,16 @@ class InputDropoutConfig:
         d["input_dropout"] = self.resolved_input_dropout()
         return d
 
+
+#: The help of ``--metric`` (``fullgraph train`` and ``fullgraph minibatch``).
+METRIC_HELP = (
+    "the score reported and the best model picked by: acc, rocauc (binary tasks), auto = the "
+    "dataset's own (tolokers: rocauc, ogbn-arxiv: acc, ...), else rocauc for 2 classes, acc "
+    "for more"
+)
+#: The help of ``--split``.
+SPLIT_HELP = "which of the dataset's fixed splits (tolokers: 0-9; default 0)"
+OPTIONAL_SPLIT = number(low=0, integer=True, optional=True)
 
 _CODEC_HELP = (
     "fp16/bf16 casts, intN = per-row min/scale with stochastic rounding, packed; none = float32"
@@ -122,6 +134,7 @@ class TrainConfig(InputDropoutConfig, Config):
         False, "add each sent row's last quantization residual before quantizing it again"
     )
     eval_every: int = option(1, "evaluate every N epochs", check=POSITIVE_INT)
+    metric: str = option("auto", METRIC_HELP, choices=METRIC_CHOICES)
     prune: str = option(
         "auto",
         "in training, compute each layer only at the rows the loss reaches (exact; auto: gcn "
@@ -182,6 +195,7 @@ class TrainData(Config):
     parts: str | None = option(None, "partition directory written by `fullgraph partition`")
     dataset: str | None = option(None, "dataset name, trained whole in one process")
     root: str | None = option(None, "dataset root directory for --dataset")
+    split: int | None = option(None, SPLIT_HELP, check=OPTIONAL_SPLIT, metavar="K")
     synthetic: str | None = option(
         None, "train on a generated graph (tiny, arxiv, ...)", metavar="PRESET"
     )
@@ -196,6 +210,11 @@ class TrainData(Config):
             raise ConfigError("give exactly one of --parts, --dataset (with --root), --synthetic")
         if self.dataset and not self.root:
             raise ConfigError("--dataset needs --root (the dataset root directory)")
+        if self.split is not None and not self.dataset:
+            raise ConfigError(
+                "--split applies to --dataset; a partition holds the split it was written with "
+                "(`fullgraph partition --split K`)"
+            )
 
     @property
     def label(self) -> str:

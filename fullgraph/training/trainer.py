@@ -20,16 +20,17 @@ import torch.nn.functional as F
 from fullgraph.distributed import Communicator, check_device
 from fullgraph.distributed.faults import injected_failure_epoch
 from fullgraph.errors import ConfigError, TrainingDiverged, mark_replicated
+from fullgraph.metrics import resolve_metric
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
 from fullgraph.partition import Partition
 from fullgraph.run.checkpoint import CheckpointDir
 from fullgraph.run.epochs import (
     EpochLoop,
     EpochStats,
-    accuracies,
     check_finite,
     reduce_gradients,
 )
+from fullgraph.run.metrics import split_metrics
 from fullgraph.run.optim import Adam
 from fullgraph.run.options import RunOptions
 from fullgraph.training.assembly import assemble_rank
@@ -54,6 +55,14 @@ class StepResult:
     reduce_s: float
     logits: torch.Tensor | None
     codec_s: float = 0.0
+
+
+def _resolve_metric(metric: str, dataset: str | None, num_classes: int) -> str:
+    """:func:`~fullgraph.metrics.resolve_metric`, its refusal raised alike by every rank."""
+    try:
+        return resolve_metric(metric, dataset, num_classes)
+    except ConfigError as exc:
+        raise mark_replicated(exc) from None
 
 
 class Trainer(EpochLoop):
@@ -92,6 +101,7 @@ class Trainer(EpochLoop):
         self.partition_hash = part.partition_hash
         self.run = run or RunOptions()
         self.epochs, self.eval_every, self.quiet = config.epochs, config.eval_every, self.run.quiet
+        self.metric = _resolve_metric(config.metric, part.meta.get("dataset"), part.num_classes)
         rank_graph = assemble_rank(part, comm, config, self.device)
         self.data, self.ctx = rank_graph.data, rank_graph.ctx
         self.num_train_global = rank_graph.num_train_global
@@ -181,10 +191,11 @@ class Trainer(EpochLoop):
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Train / val / test accuracy of the current model (no dropout), over all ranks."""
+        """Train / val / test :attr:`metric` of the current model (no dropout), over all
+        ranks."""
         self.model.eval()
-        pred = self.model(self.data["x"], self.ctx, training=False).argmax(dim=1)
-        return accuracies(pred, self.data["y"], self.data, self.comm)
+        logits = self.model(self.data["x"], self.ctx, training=False)
+        return split_metrics(logits, self.data["y"], self.data, self.comm, self.metric)
 
     def gather_logits(self, logits: torch.Tensor) -> np.ndarray | None:
         """All ranks' logits in global node order (rank 0 gets them, others ``None``)."""
@@ -233,9 +244,9 @@ class Trainer(EpochLoop):
             self.num_classes,
             {
                 "epoch": epoch,
-                "metric": "acc",
-                "val": acc.get("val_acc"),
-                "test": acc.get("test_acc"),
+                "metric": self.metric,
+                "val": acc.get(f"val_{self.metric}"),
+                "test": acc.get(f"test_{self.metric}"),
                 "data": self.data_label,
                 "partition_hash": self.partition_hash,
             },

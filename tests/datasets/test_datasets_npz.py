@@ -4,6 +4,7 @@ before scipy sees them and reported as one line naming the file and the array.""
 from __future__ import annotations
 
 import io
+import json
 import re
 import zipfile
 from collections.abc import Callable
@@ -89,6 +90,30 @@ def test_small_files_load(tmp_path: Path) -> None:
     t = load("tolokers", tmp_path)
     assert (t.num_nodes, t.num_edges, t.num_classes) == (N, 2 * N, 2)
     assert np.flatnonzero(t.test_mask).tolist() == [4, 5]
+
+
+def test_a_fixed_split_is_chosen_end_to_end(tmp_path: Path, capsys) -> None:
+    """``--split K`` reads split K of the file; the partition records it in meta.json and a
+    run in its config.json; a split past the dataset's count is refused in one line."""
+    arrays = hetero_arrays()
+    for key in ("train_masks", "val_masks", "test_masks"):
+        arrays[key][1] = np.roll(arrays[key][1], 2)  # split 1: the same shares, moved by 2
+    write_hetero(tmp_path, arrays)
+    assert np.flatnonzero(load("tolokers", tmp_path).test_mask).tolist() == [4, 5]
+    one = load("tolokers", tmp_path, split=1)
+    assert np.flatnonzero(one.test_mask).tolist() == [0, 1] and one.meta["split"] == 1
+    parts = tmp_path / "parts"
+    argv = ["partition", "--dataset", "tolokers", "--root", str(tmp_path), "--parts", "2"]
+    assert main([*argv, "--method", "contiguous", "--split", "1", "--out", str(parts)]) == 0
+    assert json.loads((parts / "meta.json").read_text())["split"] == 1
+    log = tmp_path / "run.jsonl"
+    argv = ["train", "--dataset", "tolokers", "--root", str(tmp_path), "--epochs", "1"]
+    assert main([*argv, "--split", "1", "--quiet", "--log-json", str(log)]) == 0
+    config = json.loads((tmp_path / "run.config.json").read_text())
+    assert (config["split"], config["metric"]) == (1, "rocauc")
+    assert main([*argv, "--split", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "--split: tolokers has 10 fixed splits (0-9), not 10" in err and err.count("\n") == 1
 
 
 def _set(key: str, value: object) -> Callable[[dict], None]:

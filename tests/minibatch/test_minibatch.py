@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +18,7 @@ from fullgraph.minibatch.sampler import NeighborSampler, global_batches
 from fullgraph.minibatch.trainer import MinibatchConfig, MinibatchTrainer
 from fullgraph.models.gnn import GNN, GraphContext
 from fullgraph.partition import whole_graph_part
+from fullgraph.run.epochs import final_line
 from fullgraph.training.assembly import build_operator
 
 
@@ -99,6 +103,24 @@ def test_sampled_training_learns_the_small_graph(small_graph) -> None:
     final = MinibatchTrainer(small_graph, Communicator(), cfg, quiet=True).fit()
     assert final["test_acc"] > 0.9, final
     assert final["ranks"] == 1 and final["best_epoch"] is not None
+
+
+def test_binary_graph_reports_rocauc(make_graph) -> None:
+    """``auto`` on two classes: the records, the best model and the final line by ROC-AUC."""
+    graph = make_graph(num_classes=2, p_in=0.55, num_features=4, seed=1, name="bin")
+    cfg = MinibatchConfig(fanouts=[5, 5], batch_size=64, hidden=16, lr=0.01, epochs=3)
+    log = io.StringIO()
+    final = MinibatchTrainer(graph, Communicator(), cfg, quiet=True).fit(log)
+    rows = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert all({"train_rocauc", "val_rocauc", "test_rocauc"} <= set(r) for r in rows[:-1])
+    assert not any("val_acc" in r or "best_val_acc" in r for r in rows)
+    assert rows[-1] == final and final["metric"] == "rocauc"
+    assert final["best_val_rocauc"] == max(r["val_rocauc"] for r in rows[:-1]) > 0.5
+    assert "best val rocauc" in final_line(final, 1)
+    acc = MinibatchConfig(fanouts=[5, 5], batch_size=64, hidden=16, epochs=1, metric="acc")
+    assert "best_val_acc" in MinibatchTrainer(graph, Communicator(), acc, quiet=True).fit()
+    with pytest.raises(ConfigError, match="needs a binary task, but sbm-test has 4 classes"):
+        MinibatchTrainer(make_graph(), Communicator(), MinibatchConfig(metric="rocauc"))
 
 
 def test_dropout_masks_follow_global_ids(small_graph) -> None:

@@ -1,12 +1,17 @@
 """Worker of ``tests/pyg/test_byo_model.py``: PyG models converted by ``fullgraph.pyg``.
 
-``converted --source SOURCE`` (run by :func:`harness.run_task`, result ``.npz``): ``SOURCE`` is
-a partition directory, or ``sbm`` (every rank builds the tests' default graph and ``load_part``
-partitions it in memory). Every model of :data:`MODELS` is converted and trained :data:`STEPS`
-SGD steps, with dropout off (``exact``: compared with the original PyG model on one process)
-and on (``dropout``: compared with the converted model on one process); rank 0 saves the
-gradients of the first step, the losses, the parameters and buffers after the last step and the
-validation accuracy, and whether every rank holds the same parameters.
+``converted --source SOURCE --group GROUP`` (run by :func:`harness.run_task`, result ``.npz``):
+``SOURCE`` is a partition directory, or ``sbm`` (every rank builds the tests' default graph and
+``load_part`` partitions it in memory). Every model of ``GROUPS[GROUP]`` is converted and
+trained :data:`STEPS` SGD steps, with dropout off (``exact``: compared with the original PyG
+model on one process) and on (``dropout``: compared with the converted model on one process);
+rank 0 saves the gradients of the first step, the losses, the parameters and buffers after the
+last step and the validation accuracy, and whether every rank holds the same parameters.
+
+Groups: ``examples`` (models written by hand: the examples' GCN and GAT as PyG's own examples
+write them, ``F.dropout`` calls included; GraphSAGE + BatchNorm; GAT + per-node LayerNorm with
+``nn.Dropout``; a linear map whose weight is dropped) and ``basic_gnn`` (PyG's model classes
+``GCN``, ``GraphSAGE``, ``GAT``, ``GIN`` with their common arguments).
 
 The tests call :func:`run_converted` and :func:`run_original` in-process for the references.
 """
@@ -26,7 +31,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
-from gcn_cora import GCN
+from gcn_cora import GAT, GCN
 from sage_batchnorm import SAGEBatchNorm
 
 from fullgraph import pyg
@@ -61,19 +66,79 @@ class GATLayerNorm(nn.Module):
         return self.conv2(self.drop(x), edge_index)
 
 
-def models() -> tuple[str, ...]:
-    """The models tested (``gat_ln`` where the ``gat`` layer kind exists)."""
-    return ("gcn", "sage_bn", "gat_ln") if "gat" in layer_kinds() else ("gcn", "sage_bn")
+class DropConnect(nn.Module):
+    """``lin(relu(conv(x)))`` whose ``lin`` weight is dropped with ``F.dropout`` (a parameter:
+    the same mask on every rank).
+
+    Args:
+        in_channels: input features.
+        out_channels: classes.
+        p: drop probability of the weight.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, p: float) -> None:
+        from torch_geometric.nn import GCNConv
+
+        super().__init__()
+        self.p = p
+        self.conv = GCNConv(in_channels, 16)
+        self.lin = nn.Linear(16, out_channels)
+
+    def forward(self, x: torch.Tensor, edge_index: Any) -> torch.Tensor:
+        """Logits of every node."""
+        h = self.conv(x, edge_index).relu()
+        return F.linear(h, F.dropout(self.lin.weight, self.p, self.training), self.lin.bias)
+
+
+def _basic_gnn(cls: str, layers: int, **kwargs: Any) -> Callable[[int, int, float], nn.Module]:
+    def make(in_channels: int, classes: int, p: float) -> nn.Module:
+        import torch_geometric.nn.models as models
+
+        return getattr(models, cls)(in_channels, 16, layers, classes, dropout=p, **kwargs)
+
+    return make
+
+
+#: Group -> model name -> builder ``(in_channels, classes, p)``.
+GROUPS: dict[str, dict[str, Callable[[int, int, float], nn.Module]]] = {
+    "examples": {
+        "gcn": lambda f, c, p: GCN(f, 16, c, p),
+        "sage_bn": lambda f, c, p: SAGEBatchNorm(f, 16, c, p),
+        "gat_ln": GATLayerNorm,
+        "gat_example": lambda f, c, p: GAT(f, 8, c, heads=2, dropout=p),
+        "dropconnect": DropConnect,
+    },
+    "basic_gnn": {
+        "GCN": _basic_gnn("GCN", 2),
+        "GCN-jk-cat-bn-elu": _basic_gnn("GCN", 3, jk="cat", norm="batch_norm", act="elu"),
+        "GraphSAGE-jk-max-ln": _basic_gnn(
+            "GraphSAGE", 2, jk="max", norm="layer_norm", norm_kwargs={"mode": "node"}
+        ),
+        "GraphSAGE-sum-bn-act-first": _basic_gnn(
+            "GraphSAGE", 2, aggr="sum", norm="batch_norm", act_first=True
+        ),
+        "GAT-heads2": _basic_gnn("GAT", 2, heads=2),
+        "GAT-jk-lstm-leaky": _basic_gnn("GAT", 2, heads=2, jk="lstm", act="leaky_relu"),
+        "GIN-train-eps": _basic_gnn("GIN", 2, train_eps=True),
+        "GIN-jk-last-bn": _basic_gnn("GIN", 3, jk="last", norm="batch_norm"),
+    },
+}
+
+#: Models that need the ``gat`` layer kind.
+_GAT = ("gat_ln", "gat_example", "GAT-heads2", "GAT-jk-lstm-leaky")
+
+
+def models(group: str = "examples") -> tuple[str, ...]:
+    """The models of ``group`` tested (those with GAT layers where the ``gat`` kind exists)."""
+    names = tuple(GROUPS[group])
+    return names if "gat" in layer_kinds() else tuple(n for n in names if n not in _GAT)
 
 
 def build(name: str, in_channels: int, classes: int, p: float) -> nn.Module:
-    """Model ``name``, initialised from seed 0."""
+    """Model ``name`` (of any group), initialised from seed 0."""
     torch.manual_seed(0)
-    if name == "gcn":
-        return GCN(in_channels, 16, classes, p)
-    if name == "sage_bn":
-        return SAGEBatchNorm(in_channels, 16, classes, p)
-    return GATLayerNorm(in_channels, classes, p)
+    make = next(g[name] for g in GROUPS.values() if name in g)
+    return make(in_channels, classes, p)
 
 
 def train(
@@ -110,10 +175,10 @@ def train(
     return out
 
 
-def run_converted(data: Any) -> dict[str, np.ndarray]:
-    """Every model and mode converted for ``data`` (a part from ``load_part``)."""
+def run_converted(data: Any, group: str = "examples") -> dict[str, np.ndarray]:
+    """Every model of ``group`` and mode converted for ``data`` (a part from ``load_part``)."""
     results: dict[str, np.ndarray] = {}
-    for name in models():
+    for name in models(group):
         for mode, p in MODES.items():
             model = pyg.distribute(build(name, data.num_features, data.num_classes, p), data)
             got = train(
@@ -128,8 +193,8 @@ def run_converted(data: Any) -> dict[str, np.ndarray]:
     return results
 
 
-def run_original(data: Any) -> dict[str, np.ndarray]:
-    """Every model of :data:`MODELS` unconverted, dropout off, on the whole PyG ``data``."""
+def run_original(data: Any, group: str = "examples") -> dict[str, np.ndarray]:
+    """Every model of ``group`` unconverted, dropout off, on the whole PyG ``data``."""
     results: dict[str, np.ndarray] = {}
     m = data.train_mask
 
@@ -137,7 +202,7 @@ def run_original(data: Any) -> dict[str, np.ndarray]:
         v = data.val_mask
         return float((out.argmax(-1)[v] == data.y[v]).sum()) / float(v.sum())
 
-    for name in models():
+    for name in models(group):
         model = build(name, data.num_features, data.num_classes, 0.0)
         got = train(model, data, lambda out: F.cross_entropy(out[m], data.y[m]), accuracy)
         results.update({f"{name}/exact/{k}": v for k, v in got.items()})
@@ -148,15 +213,16 @@ TASKS = Tasks()
 
 
 @TASKS.task
-def converted(*, source: str) -> dict[str, np.ndarray]:
-    """:func:`run_converted` on the part of ``source`` (a partition directory, or ``sbm``)."""
+def converted(*, source: str, group: str = "examples") -> dict[str, np.ndarray]:
+    """:func:`run_converted` of ``group`` on the part of ``source`` (a partition directory, or
+    ``sbm``)."""
     if source == "sbm":
         from conftest import build_sbm_graph
 
         data = pyg.load_part(build_sbm_graph(), threads=1)
     else:
         data = pyg.load_part(source, threads=1)
-    return run_converted(data)
+    return run_converted(data, group)
 
 
 if __name__ == "__main__":

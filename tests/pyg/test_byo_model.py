@@ -1,11 +1,14 @@
 """Bring your own PyG model: the converted model on P ranks computes what PyG computes on one.
 
-The models (``tests/pyg/pyg_worker.py``: the GCN of ``examples/gcn_cora.py``, the GraphSAGE +
-BatchNorm of ``examples/sage_batchnorm.py``, GAT + per-node LayerNorm) are converted by
+The models (``tests/pyg/pyg_worker.py``: the GCN and GAT of ``examples/gcn_cora.py``, written
+as PyG's examples write them with ``F.dropout``, the GraphSAGE + BatchNorm of
+``examples/sage_batchnorm.py``, GAT + per-node LayerNorm, a dropped weight; and PyG's model
+classes ``GCN``, ``GraphSAGE``, ``GAT``, ``GIN`` with their common arguments) are converted by
 ``fullgraph.pyg.distribute`` and trained three SGD steps on P = 2 and 4 ranks. With dropout off
 their gradients, losses, parameters, BatchNorm statistics and accuracy equal the ORIGINAL PyG
 model's on one process; with dropout on (hashed masks, attention dropout included) they equal
-the converted model's on one process. Unsupported layers are refused naming the layer, and the
+the converted model's on one process. Unsupported layers and calls are refused in one line
+naming them, before the first step; the support table of ``docs/pyg.md`` is the registry's; the
 distributed example differs from the single-process one in at most five lines.
 """
 
@@ -32,6 +35,7 @@ from fullgraph import pyg  # noqa: E402
 from fullgraph.datasets import Graph, to_pyg  # noqa: E402
 from fullgraph.distributed import Communicator  # noqa: E402
 from fullgraph.errors import ConfigError  # noqa: E402
+from fullgraph.pyg import convert  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -43,24 +47,40 @@ def _close(got: np.ndarray, want: np.ndarray, what: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale, err_msg=what)
 
 
-def _compare(got: dict, want: dict, mode: str) -> None:
-    for name in pyg_worker.models():
+def _compare(got: dict, want: dict, mode: str, group: str = "examples") -> None:
+    for name in pyg_worker.models(group):
         for field in ("grads", "losses", "params", "buffers", "val_acc"):
             key = f"{name}/{mode}/{field}"
             _close(np.asarray(got[key]), np.asarray(want[key]), key)
 
 
+def _references(graph: Graph, group: str) -> dict:
+    with torch.random.fork_rng():
+        original = pyg_worker.run_original(to_pyg(graph), group)
+        converted = pyg_worker.run_converted(pyg.load_part(graph, Communicator()), group)
+    return {"original": original, "converted": converted}
+
+
 @pytest.fixture(scope="module")
 def references(small_graph: Graph) -> dict:
     """The original PyG models and the converted ones, on one process."""
-    with torch.random.fork_rng():
-        original = pyg_worker.run_original(to_pyg(small_graph))
-        converted = pyg_worker.run_converted(pyg.load_part(small_graph, Communicator()))
-    return {"original": original, "converted": converted}
+    return _references(small_graph, "examples")
+
+
+@pytest.fixture(scope="module")
+def basic_gnn_references(small_graph: Graph) -> dict:
+    """PyG's model classes, original and converted, on one process."""
+    return _references(small_graph, "basic_gnn")
 
 
 def test_one_process_converted_equals_the_original(references: dict) -> None:
     _compare(references["converted"], references["original"], "exact")
+
+
+def test_one_process_basic_gnn_models_equal_the_original(basic_gnn_references: dict) -> None:
+    _compare(
+        basic_gnn_references["converted"], basic_gnn_references["original"], "exact", "basic_gnn"
+    )
 
 
 @pytest.mark.parametrize(
@@ -79,6 +99,26 @@ def test_ranks_equal_one_process(
         assert bool(got[key]), key
     _compare(got, references["original"], "exact")
     _compare(got, references["converted"], "dropout")
+
+
+@pytest.mark.parametrize("ranks", [2, 4], ids=["P2", "P4"])
+def test_basic_gnn_models_on_ranks_equal_one_process(
+    ranks: int, small_partitions: dict, basic_gnn_references: dict, tmp_path: Path
+) -> None:
+    """PyG's ``GCN``, ``GraphSAGE``, ``GAT`` and ``GIN`` (jk, norm, act, dropout): gradients of
+    every parameter after one step, losses over three, equal one process's."""
+    got = run_task(
+        pyg_worker.converted,
+        ranks=ranks,
+        out=tmp_path / "out.npz",
+        timeout=300,
+        source=str(small_partitions[ranks]),
+        group="basic_gnn",
+    )
+    for key in (k for k in got if k.endswith("same_on_every_rank")):
+        assert bool(got[key]), key
+    _compare(got, basic_gnn_references["original"], "exact", "basic_gnn")
+    _compare(got, basic_gnn_references["converted"], "dropout", "basic_gnn")
 
 
 @pytest.fixture(scope="module")
@@ -115,14 +155,15 @@ class _Wrap(nn.Module):
 @pytest.mark.parametrize(
     ("make", "why"),
     [
-        (lambda: pyg_nn.GINConv(nn.Linear(8, 8)), "message-passing"),
+        (lambda: pyg_nn.GATv2Conv(8, 8), "message-passing"),
+        (lambda: pyg_nn.GINEConv(nn.Linear(8, 8)), "message-passing"),
         (lambda: pyg_nn.GraphConv(8, 8), "message-passing"),
         (lambda: pyg_nn.SAGEConv(8, 8, aggr="max"), "aggr='max'"),
         (lambda: pyg_nn.LayerNorm(8), "mode='graph'"),
         (lambda: pyg_nn.GraphNorm(8), "all nodes of a graph"),
         (lambda: pyg_nn.PairNorm(), "all nodes of a graph"),
         (lambda: pyg_nn.aggr.MeanAggregation(), "pooling"),
-        (lambda: pyg_nn.MLP([8, 8, 8], dropout=0.5), "dropout=0"),
+        (lambda: pyg_nn.GINConv(nn.Linear(8, 8), aggr="mean"), "aggr='mean'"),
         (lambda: nn.BatchNorm1d(8, momentum=None), "momentum=None"),
         (lambda: nn.AlphaDropout(0.5), "nn.Dropout"),
         (lambda: nn.Softmax(dim=0), "dim=0"),
@@ -140,20 +181,139 @@ def test_unsupported_layers_are_refused_by_name(data, make, why: str) -> None:
     assert "cannot be distributed exactly" in msg and why in msg
 
 
-def test_torch_random_draws_in_forward_are_refused(data) -> None:
-    class FDropout(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = pyg_nn.GCNConv(data.num_features, 4)
+class _Calls(nn.Module):
+    """``conv(call(x))``: a forward pass making ``call``."""
 
-        def forward(self, x: torch.Tensor, edge_index) -> torch.Tensor:
-            return self.conv(F.dropout(x, 0.5, self.training), edge_index)
+    def __init__(self, width: int, call) -> None:
+        super().__init__()
+        self.conv = pyg_nn.GCNConv(width, 4)
+        self.call = call
 
-    model = pyg.distribute(FDropout(), data)
-    with pytest.raises(ConfigError, match="fullgraph.pyg.dropout"):
-        model(data.x, data.edge_index)
+    def forward(self, x: torch.Tensor, edge_index) -> torch.Tensor:
+        return self.conv(self.call(self, x), edge_index)
+
+
+def _modes() -> int:
+    return torch._C._len_torch_function_stack()
+
+
+def test_dropout_calls_in_forward_draw_hashed_masks(data) -> None:
+    """``F.dropout``, ``torch.dropout`` and ``torch.dropout_`` in a forward, as written: one
+    process draws the hashed masks of the node rows (the mask of ``fullgraph.pyg.dropout``)."""
+    calls = {
+        "F.dropout": lambda m, x: F.dropout(x, p=0.5, training=m.training),
+        "torch.dropout": lambda m, x: torch.dropout(x, 0.5, m.training),
+        "torch.dropout keywords": lambda m, x: torch.dropout(input=x, p=0.5, train=m.training),
+        "nn.functional.dropout keywords": lambda m, x: torch.nn.functional.dropout(
+            input=x, training=m.training
+        ),
+        "torch.dropout_": lambda m, x: torch.dropout_(x.clone(), 0.5, m.training),
+        "pyg.dropout": lambda m, x: pyg.dropout(x, 0.5, m.training),
+    }
+    outs = {}
+    for name, call in calls.items():
+        torch.manual_seed(0)
+        model = pyg.distribute(_Calls(data.num_features, call), data)
+        data.fullgraph.step = 0  # the same training step for every call
+        outs[name] = model(data.x, data.edge_index)
+        assert _modes() == 0
+        model.eval()
+        torch.testing.assert_close(
+            model(data.x, data.edge_index), model.conv(data.x, data.edge_index)
+        )
+    for name, out in outs.items():
+        torch.testing.assert_close(out, outs["pyg.dropout"], msg=name)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda m, x: x * torch.rand_like(x), r"^torch.rand_like at .*test_byo_model.py:\d+ draws"),
+        (
+            lambda m, x: F.alpha_dropout(x, 0.5, m.training),
+            r"^torch.nn.functional.alpha_dropout at",
+        ),
+        (lambda m, x: x.bernoulli_(0.5) * x, r"^Tensor.bernoulli_ at"),
+        (
+            lambda m, x: x + F.dropout(x.t(), 0.5, m.training).sum(),
+            r"^torch.nn.functional.dropout at .*test_byo_model.py:\d+: dropout of a tensor of "
+            r"shape \(12, \d+\) cannot be made exact",
+        ),
+        (
+            lambda m, x: x + F.fractional_max_pool2d(x[None, None, :4, :4], 2, output_size=2).sum(),
+            r"_Calls.forward drew from torch's random generator in a training pass",
+        ),
+    ],
+    ids=["rand_like", "alpha_dropout", "bernoulli_", "edge-shaped", "unwatched draw"],
+)
+def test_random_draws_and_other_dropouts_are_refused_in_one_line(data, call, match) -> None:
+    """Refused in the first training pass (before any step), one line naming the call and its
+    site; evaluation passes draw nothing and run."""
+    model = pyg.distribute(_Calls(data.num_features, call), data)
+    with pytest.raises(ConfigError, match=match) as info:
+        model(data.x.clone(), data.edge_index)
+    assert "\n" not in str(info.value)
+    assert _modes() == 0
     model.eval()
-    model(data.x, data.edge_index)  # no draw in evaluation
+    model(data.x.clone(), data.edge_index)
+
+
+def test_basic_gnn_refusals_name_the_module(data) -> None:
+    """PyG model classes with a part that has no twin: refused by ``distribute``, naming it."""
+    models = pytest.importorskip("torch_geometric.nn.models")
+    f, c = data.num_features, data.num_classes
+    cases = [
+        (
+            lambda: models.GAT(f, 8, 2, c, v2=True),
+            "model.convs.0 (torch_geometric.nn.conv.gatv2_conv.GATv2Conv)",
+        ),
+        (
+            lambda: models.GraphSAGE(f, 8, 2, c, aggr="max"),
+            "model.convs.0 (torch_geometric.nn.conv.sage_conv.SAGEConv)",
+        ),
+        (
+            lambda: models.GCN(f, 8, 2, c, norm="layer_norm"),
+            "model.norms.0 (torch_geometric.nn.norm.layer_norm.LayerNorm)",
+        ),
+        (
+            lambda: models.GCN(f, 8, 2, c, norm="graph_norm"),
+            "model.norms.0 (torch_geometric.nn.norm.graph_norm.GraphNorm)",
+        ),
+        (
+            lambda: models.EdgeCNN(f, 8, 2, c),
+            "model.convs.0 (torch_geometric.nn.conv.edge_conv.EdgeConv)",
+        ),
+    ]
+    for make, where in cases:
+        with pytest.raises(ConfigError) as info:
+            pyg.distribute(make(), data)
+        msg = str(info.value)
+        assert msg.startswith(where) and "cannot be distributed exactly" in msg and "\n" not in msg
+
+
+def test_basic_gnn_refuses_sampled_subgraph_arguments(data) -> None:
+    models = pytest.importorskip("torch_geometric.nn.models")
+    model = pyg.distribute(models.GCN(data.num_features, 8, 2, data.num_classes), data)
+    assert type(model._trim).__name__ == "TrimToLayerTwin"
+    with pytest.raises(ConfigError, match="num_sampled_nodes_per_hop"):
+        model(
+            data.x,
+            data.edge_index,
+            num_sampled_nodes_per_hop=[1, 1],
+            num_sampled_edges_per_hop=[1, 1],
+        )
+
+
+def test_docs_list_what_the_registry_supports() -> None:
+    """``docs/pyg.md`` holds the support tables generated from ``convert.RULES`` and the watched
+    calls, verbatim (regenerate: ``python -c "from fullgraph.pyg.convert import
+    support_table; print(support_table())"``)."""
+    from fullgraph.pyg.convert import support_table
+
+    doc = (ROOT / "docs" / "pyg.md").read_text()
+    begin, end = "<!-- support table: begin -->\n", "\n<!-- support table: end -->"
+    assert begin in doc and end in doc
+    assert doc.split(begin, 1)[1].split(end, 1)[0] == support_table()
 
 
 def test_converted_layers_refuse_another_edge_index(data, small_graph: Graph) -> None:
@@ -203,10 +363,12 @@ def test_examples_differ_in_at_most_five_lines() -> None:
         assert f"    {line.strip()}" in doc, f"the docstring does not show {line.strip()!r}"
 
 
-def test_example_on_two_ranks_prints_the_one_process_losses(shared_dataset) -> None:
-    """Three epochs without dropout: the losses of ``mpirun -n 2`` equal one process's."""
+@pytest.mark.parametrize("model", ["gcn", "gat"])
+def test_example_on_two_ranks_prints_the_one_process_losses(model: str, shared_dataset) -> None:
+    """Three epochs without dropout: the losses of ``mpirun -n 2`` equal one process's (the
+    PyG script's ``F.dropout`` calls included, at p = 0)."""
     root = str(shared_dataset("cora"))
-    args = ["--root", root, "--epochs", "3", "--dropout", "0"]
+    args = ["--root", root, "--model", model, "--epochs", "3", "--dropout", "0"]
     sys.path.insert(0, str(EXAMPLES))
     try:
         import gcn_cora
@@ -218,6 +380,55 @@ def test_example_on_two_ranks_prints_the_one_process_losses(shared_dataset) -> N
     got = [float(v) for v in re.findall(r"loss (\S+)", proc.stdout)]
     assert len(got) == 3, proc.stdout  # printed once: rank 1's output is quiet
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+#: A script whose model is refused by ``distribute`` (``convert``) or in its forward (``call``).
+REFUSED_SCRIPT = """
+import sys
+import torch
+from conftest import build_sbm_graph
+from torch_geometric.nn.models import GAT, GCN
+from fullgraph import pyg
+data = pyg.load_part(build_sbm_graph(), threads=1)
+if sys.argv[1] == "convert":
+    model = pyg.distribute(GAT(data.num_features, 8, 2, data.num_classes, v2=True), data)
+else:
+    class Noisy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gcn = GCN(data.num_features, 8, 2, data.num_classes)
+        def forward(self, x, edge_index):
+            return self.gcn(x + torch.randn_like(x), edge_index)
+    model = pyg.distribute(Noisy(), data)
+    model(data.x, data.edge_index)
+print("not reached")
+"""
+
+
+@pytest.mark.parametrize("where", ["convert", "call"])
+def test_a_refused_script_ends_with_one_line_per_rank_at_most(where: str, tmp_path) -> None:
+    """Under ``mpirun -n 2`` a refusal ends the script before its first step with one line, no
+    traceback: once for ``distribute``'s (agreed by the ranks), once per rank naming it for a
+    call refused in the forward pass."""
+    script = tmp_path / "pyg_refused.py"
+    script.write_text(REFUSED_SCRIPT)
+    env = {"PYTHONPATH": str(ROOT / "tests")}
+    proc = run_mpi(2, [str(script), where], timeout=200, expect_ok=False, env=env)
+    assert proc.returncode != 0 and "not reached" not in proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("fullgraph.pyg")]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if where == "convert":
+        assert lines == [
+            "fullgraph.pyg: error: model.convs.0 (torch_geometric.nn.conv.gatv2_conv.GATv2Conv) "
+            "cannot be distributed exactly: " + convert._MESSAGE_PASSING
+        ], proc.stderr
+    else:
+        assert sorted(line[:30] for line in lines) == [
+            "fullgraph.pyg: error: rank 0: ",
+            "fullgraph.pyg: error: rank 1: ",
+        ], proc.stderr
+        line_no = next(i for i, t in enumerate(REFUSED_SCRIPT.splitlines(), 1) if "randn" in t)
+        assert all(f"torch.randn_like at {script}:{line_no} draws" in t for t in lines), lines
 
 
 #: A script whose rank 1 fails before it calls ``load_part``.

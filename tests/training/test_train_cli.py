@@ -102,3 +102,72 @@ def test_one_process_cli_and_bad_options(small_graph, tmp_path: Path, capsys) ->
     if not torch.cuda.is_available():
         assert cli_main(["train", "--synthetic", "tiny", "--device", "cuda"]) == 2
         assert "sees no CUDA device" in capsys.readouterr().err
+
+
+def _metric_rows(path: Path, metric: str) -> list[tuple]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    keys = (f"val_{metric}", f"test_{metric}", f"best_val_{metric}", "metric")
+    return [tuple(r.get(k) for k in keys) for r in rows]
+
+
+@pytest.mark.timeout(180)
+def test_rocauc_of_a_binary_graph_is_the_same_at_one_and_two_ranks(make_graph, tmp_path, capsys):
+    """`auto` picks ROC-AUC for two classes; 2 ranks gather the scores and report, epoch by
+    epoch and in the final record, what the whole graph in one process reports."""
+    from fullgraph.datasets.ogb_writer import write_ogb
+
+    root = tmp_path / "data"
+    write_ogb(make_graph(num_classes=2, p_in=0.55, num_features=4, seed=1, name="bin"), root, "bin")
+    common = ["--epochs", "6", "--threads", "1"]
+    one = tmp_path / "one.jsonl"
+    with one_thread():
+        argv = ["train", "--dataset", "bin", "--root", str(root), *common, "--log-json", str(one)]
+        assert cli_main(argv) == 0
+        out = capsys.readouterr().out
+        assert "| rocauc train" in out and "final: best val rocauc" in out
+        parts = tmp_path / "parts"
+        argv = ["partition", "--dataset", "bin", "--root", str(root), "--parts", "2", "--out"]
+        assert cli_main([*argv, str(parts)]) == 0
+    two = tmp_path / "two.jsonl"
+    run_mpi(2, [*TRAIN, "--parts", str(parts), *common, "--quiet", "--log-json", str(two)])
+    got, want = _metric_rows(two, "rocauc"), _metric_rows(one, "rocauc")
+    assert got == want
+    assert 0.5 < want[-1][2] < 1.0 and want[-1][3] == "rocauc"  # a score, not a trivial one
+    assert all(r[0] is not None for r in want[:-1])
+    assert json.loads((tmp_path / "two.config.json").read_text())["metric"] == "rocauc"
+    info = torch.load(tmp_path / "two.model.pt", weights_only=False)  # names the metric
+    final = json.loads(two.read_text().splitlines()[-1])
+    assert (info["metric"], info["val"]) == ("rocauc", final["best_val_rocauc"])
+
+
+@pytest.mark.timeout(120)
+def test_metric_rocauc_of_seven_classes_is_refused_in_one_line(make_graph, tmp_path, capsys):
+    from fullgraph.datasets.ogb_writer import write_ogb
+    from fullgraph.partition import partition_graph
+
+    graph = make_graph(num_classes=7, seed=2, name="seven")
+    write_ogb(graph, tmp_path, "seven")
+    line = "--metric rocauc needs a binary task, but seven has 7 classes"
+    argv = ["train", "--dataset", "seven", "--root", str(tmp_path), "--metric", "rocauc"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert line in err and err.count("\n") == 1, err
+    parts = tmp_path / "parts"
+    partition_graph(graph, 2, parts)
+    proc = run_mpi(2, [*TRAIN, "--parts", str(parts), "--metric", "rocauc"], 60, expect_ok=False)
+    assert proc.returncode == 2 and proc.stderr.count(line) == 1, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "epoch" not in proc.stdout, proc.stderr
+
+
+def test_split_needs_a_dataset_with_fixed_splits(make_graph, tmp_path, capsys) -> None:
+    from fullgraph.datasets.ogb_writer import write_ogb
+
+    write_ogb(make_graph(name="plain"), tmp_path, "plain")
+    argv = ["train", "--dataset", "plain", "--root", str(tmp_path), "--split", "1"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--split: plain has no fixed splits" in err and err.count("\n") == 1, err
+    assert cli_main(["train", "--synthetic", "tiny", "--split", "1"]) == 2
+    assert "--split applies to --dataset" in capsys.readouterr().err
+    assert cli_main(["train", "--dataset", "plain", "--root", str(tmp_path), "--split", "-1"]) == 2
+    assert "--split must be an integer >= 0, got -1" in capsys.readouterr().err

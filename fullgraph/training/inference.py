@@ -1,0 +1,394 @@
+"""Full-graph inference with a trained model: what ``fullgraph predict`` does on one rank.
+
+:class:`Predictor` runs the model of a model file (:mod:`fullgraph.training.model_file`) over
+every node of this rank's part, layer by layer with the halo exchange, as the trainer's
+evaluation does: no autograd, evaluation mode (BatchNorm's running statistics, no dropout),
+float32 exchanges, on the context :func:`~fullgraph.training.assembly.assemble_rank` builds
+from the model's own configuration (its ``normalize_features`` applies as in training). The
+model does not depend on the partition: a model trained at one rank count predicts at any.
+
+The outputs are ``.npy`` files in GLOBAL node order that nobody gathers: rank 0 creates them
+at their full size (:func:`create_files`, ``np.lib.format.open_memmap``) in the temporary
+directory of the output, then every rank writes its own rows at their global ids
+(:class:`RowWriter`), a window of the file at a time, so that a rank never maps more than
+:data:`WRITE_WINDOW_BYTES` of a file and no rank holds another's rows.
+
+Files (:func:`output_files`):
+
+- ``predictions.npy``: int64 ``[N]``, the class of every node (the argmax of its logits);
+- ``probabilities.npy``: float32 ``[N, C]``, the softmax of the logits, or ``logits.npy``
+  (the logits themselves, ``logits=True``);
+- ``embeddings-<k>.npy``: float32 ``[N, d_k]`` for every requested ``k`` in ``1 .. L-1``:
+  the output of layer ``k`` as layer ``k + 1`` receives it, after the residual connection,
+  the normalisation and the ReLU (no dropout in evaluation).
+
+A directory holding them and ``predict.json`` is :data:`PREDICTION` output.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fullgraph.atomic import OutputKind, holds, is_plain_file, read_marker
+from fullgraph.distributed.communicator import Communicator
+from fullgraph.errors import ConfigError, DataError
+from fullgraph.partition import Partition
+from fullgraph.run.metrics import split_metrics
+from fullgraph.training.assembly import assemble_rank
+from fullgraph.training.config import TrainConfig
+from fullgraph.training.model_file import ModelFile
+
+#: ``predict.json``'s ``format`` and ``version``.
+FORMAT = "fullgraph-predict"
+VERSION = 1
+#: The summary file of a prediction directory.
+SUMMARY = "predict.json"
+PREDICTIONS = "predictions.npy"
+PROBABILITIES = "probabilities.npy"
+LOGITS = "logits.npy"
+_EMBEDDINGS = re.compile(r"embeddings-([1-9][0-9]*)\.npy")
+#: The most bytes of one output file a rank maps at a time while it writes its rows.
+WRITE_WINDOW_BYTES = 16 << 20
+
+
+def embeddings_name(layer: int) -> str:
+    """The file of layer ``layer``'s embeddings (``embeddings-2.npy``)."""
+    return f"embeddings-{layer}.npy"
+
+
+def _not_a_prediction(path: Path) -> str | None:
+    """``None`` when ``path`` is a directory ``fullgraph predict`` wrote (or an empty one),
+    else what makes it someone else's.
+
+    Ours: a ``predict.json`` of :data:`FORMAT` and, beside it, only the output files
+    (``predictions.npy``, ``probabilities.npy``, ``logits.npy``, ``embeddings-<k>.npy``), each a
+    plain file.
+    """
+    if not path.is_dir():
+        return "it is a file" if path.is_file() else "it is not a directory"
+    marker = read_marker(path / SUMMARY)
+    ours = isinstance(marker, dict) and marker.get("format") == FORMAT
+    entries = sorted(path.iterdir())
+    names = {SUMMARY, PREDICTIONS, PROBABILITIES, LOGITS}
+    unexpected = [
+        e
+        for e in entries
+        if not ((e.name in names or _EMBEDDINGS.fullmatch(e.name)) and is_plain_file(e))
+    ]
+    reason = holds(path, unexpected)
+    if reason is None and entries and not ours:
+        reason = f"it has no {SUMMARY} of `fullgraph predict`"
+    return reason
+
+
+#: ``fullgraph predict --out``: replaced (with ``--force``) only when ``predict`` wrote it.
+PREDICTION = OutputKind("a prediction", _not_a_prediction)
+
+
+def parse_layers(text: str) -> list[int]:
+    """``"1,2"`` -> ``[1, 2]`` (sorted, without repeats); ``""`` -> ``[]``.
+
+    Raises:
+        ConfigError: an entry is not an integer.
+    """
+    try:
+        layers = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"--embeddings must be comma-separated layer numbers, got {text!r}"
+        ) from None
+    return sorted(set(layers))
+
+
+def check_embeddings(layers: Sequence[int], num_layers: int) -> None:
+    """Refuse embedding layers outside ``1 .. num_layers - 1`` (one line).
+
+    Raises:
+        ConfigError: a layer is 0, negative, or the last layer or beyond (its output is the
+            logits, written anyway).
+    """
+    bad = [k for k in layers if not 1 <= k <= num_layers - 1]
+    if not bad:
+        return
+    if num_layers == 1:
+        raise ConfigError(
+            f"--embeddings {bad[0]}: the model has 1 layer, whose output is the logits; it has "
+            f"no embeddings to write"
+        )
+    raise ConfigError(
+        f"--embeddings {bad[0]}: the model has {num_layers} layers; layer k's embeddings exist "
+        f"for k in 1..{num_layers - 1} (layer {num_layers}'s output is the logits)"
+    )
+
+
+def check_widths(model: ModelFile, num_features: int, num_classes: int, data: str) -> None:
+    """Refuse data whose feature or class count is not the model's (one line, both numbers).
+
+    Args:
+        model: the model file.
+        num_features: the data's input width.
+        num_classes: the data's class count.
+        data: how the command line names the data (``--parts DIR``).
+
+    Raises:
+        ConfigError: the counts differ.
+    """
+    if (model.num_features, model.num_classes) == (num_features, num_classes):
+        return
+    raise ConfigError(
+        f"--model {model.path} was trained on {model.num_features} features and "
+        f"{model.num_classes} classes, but {data} has {num_features} features and "
+        f"{num_classes} classes"
+    )
+
+
+def inference_config(config: TrainConfig) -> TrainConfig:
+    """The model's configuration as inference assembles it: no receptive-field pruning (every
+    node is predicted) and no halo compression (evaluation exchanges float32 rows)."""
+    return replace(
+        config, prune="off", compress_fwd="none", compress_bwd="none", error_feedback=False
+    )
+
+
+def output_files(
+    num_nodes: int, dims: Sequence[int], embeddings: Sequence[int], logits: bool
+) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The output files: name -> (shape, dtype name), in the order they are written.
+
+    Args:
+        num_nodes: ``N``, the graph's nodes.
+        dims: the model's widths ``[F, d_1, ..., d_L]`` (:attr:`GNN.dims`).
+        embeddings: the layers whose embeddings are written.
+        logits: write the logits instead of the probabilities.
+    """
+    files: dict[str, tuple[tuple[int, ...], str]] = {}
+    for k in embeddings:
+        files[embeddings_name(k)] = ((num_nodes, int(dims[k])), "float32")
+    files[PREDICTIONS] = ((num_nodes,), "int64")
+    files[LOGITS if logits else PROBABILITIES] = ((num_nodes, int(dims[-1])), "float32")
+    return files
+
+
+def create_files(directory: Path, files: dict[str, tuple[tuple[int, ...], str]]) -> None:
+    """Create every output file at its full size (zeros, no page written: sparse where the
+    file system allows); rank 0 does this before any rank writes its rows."""
+    for name, (shape, dtype) in files.items():
+        mm = np.lib.format.open_memmap(directory / name, mode="w+", dtype=dtype, shape=shape)
+        del mm
+
+
+def _header(path: Path) -> tuple[int, tuple[int, ...], np.dtype]:
+    """``(header bytes, shape, dtype)`` of the ``.npy`` file ``path``."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        return f.tell(), tuple(shape), np.dtype(dtype)
+
+
+def window_rows(window_bytes: int, file_row_bytes: int, rows_row_bytes: int) -> int:
+    """Rows of one write window: the file's bytes mapped and the source rows gathered for
+    them stay within ``window_bytes`` (at least one row)."""
+    return max(1, window_bytes // max(file_row_bytes, rows_row_bytes, 1))
+
+
+def sync_files(paths: Sequence[Path]) -> None:
+    """``fsync`` every file of ``paths`` (this rank's written pages reach the disk)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class RowWriter:
+    """Writes this rank's rows into output files at their global ids.
+
+    The rows are written in ascending global id, one window of the file
+    (:data:`WRITE_WINDOW_BYTES`) mapped at a time and unmapped before the next, so the mapped
+    pages never add more than a window to the rank's resident memory.
+
+    Args:
+        global_ids: int64 [num_inner], the global id of every row of this rank.
+        num_nodes: ``N``; every id must lie in ``[0, N)``.
+        device: where the rows come from.
+        window_bytes: the most bytes of a file mapped at a time.
+
+    Raises:
+        DataError: an id out of range.
+    """
+
+    def __init__(
+        self,
+        global_ids: np.ndarray,
+        num_nodes: int,
+        device: torch.device | str = "cpu",
+        window_bytes: int = WRITE_WINDOW_BYTES,
+    ) -> None:
+        gids = np.asarray(global_ids, dtype=np.int64)
+        if gids.size and (int(gids.min()) < 0 or int(gids.max()) >= num_nodes):
+            raise DataError(f"a global node id lies outside [0, {num_nodes}): not this graph's")
+        order = np.argsort(gids, kind="stable")
+        self.ids = gids[order]
+        self.order = torch.from_numpy(order).to(device)
+        self.window = max(1, int(window_bytes))
+        #: the files written, for :func:`sync_files`
+        self.written: list[Path] = []
+
+    def write(
+        self,
+        path: Path,
+        rows: torch.Tensor,
+        transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
+        """Write ``transform(rows)`` (row-wise; default the rows) at this rank's global ids.
+
+        Args:
+            path: an output file :func:`create_files` made.
+            rows: [num_inner, ...] in this rank's row order.
+            transform: a row-wise map applied a window's rows at a time (softmax, argmax).
+        """
+        header, shape, dtype = _header(path)
+        row_shape = shape[1:]
+        row_bytes = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+        # a window bounds the file's bytes mapped and the rows gathered for it alike
+        per_window = window_rows(
+            self.window, row_bytes, rows.element_size() * math.prod(rows.shape[1:])
+        )
+        n = shape[0]
+        starts = np.arange(0, n, per_window, dtype=np.int64)
+        bounds = np.searchsorted(self.ids, np.append(starts, n))
+        for w, start in enumerate(starts.tolist()):
+            lo, hi = int(bounds[w]), int(bounds[w + 1])
+            if lo == hi:
+                continue
+            chunk = rows[self.order[lo:hi]]
+            if transform is not None:
+                chunk = transform(chunk)
+            data = chunk.detach().cpu().numpy().astype(dtype, copy=False)
+            count = min(per_window, n - start)
+            mm = np.memmap(
+                path,
+                dtype=dtype,
+                mode="r+",
+                offset=header + start * row_bytes,
+                shape=(count, *row_shape),
+            )
+            mm[self.ids[lo:hi] - start] = data
+            del mm, chunk, data  # unmapped: its pages leave this rank's resident memory
+        if path not in self.written:
+            self.written.append(path)
+
+
+def model_metric(model: ModelFile, dataset: str | None, num_classes: int) -> str:
+    """The metric the model was judged by (its file's ``metric``), else its configuration's
+    resolved for this data (:func:`fullgraph.metrics.resolve_metric`)."""
+    from fullgraph.metrics import METRICS, resolve_metric
+
+    named = model.info.get("metric")
+    if named in METRICS:
+        return str(named)
+    return resolve_metric(model.config.metric, dataset, num_classes)
+
+
+class Predictor:
+    """One rank's inference (every rank of the job builds one; a collective).
+
+    Args:
+        part: this rank's part (one process: the whole graph's).
+        comm: the communicator.
+        model: the model file.
+        device: where tensors live.
+
+    Attributes:
+        model: the trained :class:`~fullgraph.models.gnn.GNN`, in evaluation mode.
+        data: ``x``, ``y`` and the ``train``/``val``/``test`` masks of this rank's rows.
+        num_nodes: ``N``, the whole graph's nodes (the sum of every rank's rows).
+    """
+
+    def __init__(
+        self,
+        part: Partition,
+        comm: Communicator,
+        model: ModelFile,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.comm, self.device, self.file = comm, torch.device(device), model
+        rank = assemble_rank(part, comm, inference_config(model.config), self.device)
+        self.data, self.ctx = rank.data, rank.ctx
+        self.model = model.build().to(self.device)
+        #: the summary's metric (:func:`model_metric`)
+        self.metric = model_metric(model, part.meta.get("dataset"), int(part.num_classes))
+        rows = torch.tensor([float(part.num_inner)], dtype=torch.float64)
+        self.num_nodes = int(comm.allreduce_(rows, "sum", tag="setup")[0])
+        self.writer = RowWriter(self.ctx.global_ids, self.num_nodes, self.device)
+
+    @property
+    def num_layers(self) -> int:
+        """The model's layers ``L``."""
+        return self.model.num_layers
+
+    def files(self, embeddings: Sequence[int], logits: bool) -> dict[str, Any]:
+        """:func:`output_files` of this model and graph."""
+        return output_files(self.num_nodes, self.model.dims, embeddings, logits)
+
+    @torch.no_grad()
+    def run(
+        self,
+        directory: Path,
+        embeddings: Sequence[int] = (),
+        logits: bool = False,
+        progress: Callable[[int, int, float], None] | None = None,
+    ) -> dict[str, Any]:
+        """The forward pass over every node; this rank's rows written into ``directory``.
+
+        Args:
+            directory: where rank 0 created the files (:func:`create_files`).
+            embeddings: layers whose output is written (``1 .. L-1``).
+            logits: write the logits instead of the probabilities.
+            progress: called ``progress(k, L, seconds)`` after layer ``k`` (its embeddings
+                written).
+
+        Returns:
+            ``layer_seconds`` (this rank's, per layer, its embedding writes included),
+            ``write_s`` (the predictions and probabilities or logits), ``summary`` (the
+            metric on every split, over all ranks: :func:`~fullgraph.run.metrics.
+            split_metrics`).
+        """
+        self.model.eval()
+        wanted, seconds = set(embeddings), []
+        clock = [time.perf_counter()]
+
+        def on_layer(k: int, h: torch.Tensor) -> None:
+            if k in wanted:
+                self.writer.write(directory / embeddings_name(k), h)
+            now = time.perf_counter()
+            seconds.append(now - clock[0])
+            if progress is not None:
+                progress(k, self.num_layers, now - clock[0])
+            clock[0] = time.perf_counter()
+
+        out = self.model(self.data["x"], self.ctx, training=False, on_layer=on_layer)
+        t0 = time.perf_counter()
+        self.writer.write(directory / PREDICTIONS, out, lambda z: z.argmax(dim=1))
+        if logits:
+            self.writer.write(directory / LOGITS, out)
+        else:
+            self.writer.write(directory / PROBABILITIES, out, lambda z: torch.softmax(z, dim=1))
+        sync_files(self.writer.written)
+        write_s = time.perf_counter() - t0
+        summary = split_metrics(out, self.data["y"], self.data, self.comm, self.metric)
+        return {"layer_seconds": seconds, "write_s": write_s, "summary": summary}

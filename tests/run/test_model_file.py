@@ -1,0 +1,113 @@
+"""The model file ``fullgraph train`` writes, and checkpoints, open with plain ``torch.load``.
+
+The best-validation model goes to ``--save-model`` (default ``<log stem>.model.pt``): weights,
+normalisation statistics and the model's config, checksummed in the zip archive's comment; it
+rebuilds the model whose evaluation gave the recorded validation score. Its path obeys the
+rules of every output (no replacing without ``--force``, never a file fullgraph did not write,
+never inside an input).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from file_tree import tree
+from mp_utils import one_thread
+
+from fullgraph.cli import main as cli_main
+from fullgraph.distributed.communicator import Communicator
+from fullgraph.errors import ConfigError
+from fullgraph.partition import whole_graph_part
+from fullgraph.run.torch_file import encode_torch_file, read_torch_file
+from fullgraph.training.assembly import assemble_rank
+from fullgraph.training.model_file import load_model_file
+
+TRAIN = ["train", "--threads", "1", "--quiet", "--synthetic", "tiny", "--model", "sage"]
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, str]:
+    with one_thread():
+        code = cli_main(argv)
+    return code, capsys.readouterr().err
+
+
+def _one_line(code: int, err: str, needle: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert needle in lines[0], (needle, lines[0])
+
+
+def test_the_best_model_is_written_and_opens_with_torch_load(tmp_path: Path, capsys) -> None:
+    log, ck = tmp_path / "run.jsonl", tmp_path / "ck"
+    args = [*TRAIN, "--norm", "batch", "--epochs", "12", "--log-json", str(log)]
+    code, err = _cli([*args, "--checkpoint", str(ck), "--checkpoint-every", "5"], capsys)
+    assert code == 0, err
+    final = json.loads(log.read_text().splitlines()[-1])
+    state = torch.load(tmp_path / "run.model.pt", weights_only=True)  # no fullgraph reader
+    assert state["format"] == "fullgraph-model" and state["epoch"] == final["best_epoch"]
+    assert state["val"] == final["best_val_acc"] and state["config"]["model"] == "sage"
+    assert "norms.0.running_mean" in state["state_dict"]  # BatchNorm statistics kept
+    assert torch.load(ck / "checkpoint.pt", weights_only=True)["epoch"] == 12
+    # the file rebuilds the model whose evaluation gave the best validation accuracy
+    from fullgraph.datasets.synthetic import generate
+
+    mf = load_model_file(tmp_path / "run.model.pt")
+    part = whole_graph_part(generate("tiny", seed=mf.config.seed))
+    rank = assemble_rank(part, Communicator(), mf.config)
+    with torch.no_grad():
+        pred = mf.build()(rank.data["x"], rank.ctx).argmax(dim=1)
+    val = rank.data["val"]
+    acc = float((pred[val] == rank.data["y"][val]).double().mean())
+    assert acc == pytest.approx(final["best_val_acc"], abs=1e-12)
+
+
+def test_save_model_path_obeys_the_output_rules(tmp_path: Path, capsys) -> None:
+    model = tmp_path / "m.pt"
+    code, err = _cli([*TRAIN, "--epochs", "2", "--save-model", str(model)], capsys)
+    assert code == 0, err and model.is_file()
+    before = tree(tmp_path)
+    code, err = _cli([*TRAIN, "--epochs", "2", "--save-model", str(model)], capsys)
+    assert code == 2 and "already exists" in err and tree(tmp_path) == before, err
+    code, err = _cli([*TRAIN, "--epochs", "2", "--save-model", str(model), "--force"], capsys)
+    assert code == 0, err
+    mine = tmp_path / "notes.pt"
+    mine.write_bytes(b"a user's own file")
+    before = tree(tmp_path)
+    code, err = _cli([*TRAIN, "--epochs", "2", "--save-model", str(mine), "--force"], capsys)
+    _one_line(code, err, "is not a model file written by fullgraph")
+    assert tree(tmp_path) == before
+
+
+def test_a_model_inside_the_partition_is_refused(small_partitions, capsys) -> None:
+    parts = small_partitions[1]
+    before = tree(parts)
+    code, err = _cli(
+        ["train", "--parts", str(parts), "--quiet", "--save-model", f"{parts}/m.pt"], capsys
+    )
+    _one_line(code, err, "is inside the partition this command reads")
+    assert tree(parts) == before
+
+
+def test_model_files_that_are_not_one_are_refused(tmp_path: Path) -> None:
+    ck = tmp_path / "ck.pt"
+    ck.write_bytes(encode_torch_file({"model": {}, "optimizer": {}, "epoch": 1}))
+    with pytest.raises(ConfigError, match="is a checkpoint, not a model file"):
+        load_model_file(ck)
+    good = tmp_path / "good.pt"
+    good.write_bytes(encode_torch_file({"format": "fullgraph-model", "version": 1}))
+    data = good.read_bytes()
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ConfigError, match="not a fullgraph model file"):
+        load_model_file(cut)
+    flipped = bytearray(data)
+    flipped[len(data) // 3] ^= 1
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(bytes(flipped))
+    with pytest.raises(ConfigError, match="fails its sha256 checksum"):
+        read_torch_file(bad)
+    with pytest.raises(ConfigError, match="holds no config"):
+        load_model_file(good)
