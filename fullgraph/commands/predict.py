@@ -177,8 +177,8 @@ class PredictCommand(Command):
             self.parts = PartitionDir.open(self.data.parts)
             self.parts.check_ranks(
                 size,
-                f"run `mpirun -n {self.parts.num_parts}` (or predict with a partition of "
-                f"{size} parts: the model does not depend on the partition)",
+                f"run `{self.launch.relaunch(self.parts.num_parts)}` (or predict with a "
+                f"partition of {size} parts: the model does not depend on the partition)",
             )
         elif size > 1:
             raise ConfigError(

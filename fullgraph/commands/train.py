@@ -73,7 +73,7 @@ class TrainCommand(Command):
         size = self.launch.size
         if self.data.parts:
             self.parts = PartitionDir.open(self.data.parts)
-            self.parts.check_ranks(size, f"run `mpirun -n {self.parts.num_parts}`")
+            self.parts.check_ranks(size, f"run `{self.launch.relaunch(self.parts.num_parts)}`")
             meta = self.parts.meta
             resolve_metric(self.config.metric, meta["dataset"], int(meta["num_classes"]))
             self.split = meta.get("split")

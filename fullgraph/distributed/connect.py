@@ -71,6 +71,11 @@ def create_communicator(
     if transport == "mpi":
         from fullgraph.distributed.mpi import MPICommunicator
 
+        if info.size > 1 and info.launcher == "slurm" and not info.under_mpi:
+            raise ConfigError(
+                "transport mpi needs a PMI, but srun started the ranks without one "
+                "(--mpi=none): run srun --mpi=pmi2, or use --transport gloo"
+            )
         if info.size > 1 and not info.under_mpi:
             raise ConfigError(
                 f"transport mpi needs an MPI launcher, but {info.launcher} started us"

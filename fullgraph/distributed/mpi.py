@@ -48,6 +48,10 @@ def init_mpi(timeout_s: float | None = None) -> Any:
 
     if MPI.Is_initialized():
         return MPI
+    from fullgraph.distributed.launch import detect_launch, mpi_start_environment
+
+    # srun --mpi=pmi2 and the MPICH wheel: the OFI network module (see mpi_start_environment)
+    os.environ.update(mpi_start_environment(detect_launch(), MPI.Get_library_version()))
     provided = ctypes.c_int()
     with phase("MPI initialisation", timeout_s):
         # The extension module's handle resolves the symbol in the libmpi it is linked to.

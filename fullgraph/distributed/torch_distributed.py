@@ -3,8 +3,10 @@
 Set-up, bounded by the communicator's timeout as every collective is:
 
 1. rendezvous store: under ``torchrun`` the ``MASTER_ADDR`` / ``MASTER_PORT`` store (the agent's
-   when it runs one); under an MPI launcher rank 0 opens a store on a free port and publishes
-   an address every rank reaches directly (:func:`~fullgraph.distributed.network.
+   when it runs one); under ``srun`` without a PMI one on the step's first node, at a port
+   derived from the job id (:func:`~fullgraph.distributed.launch.rendezvous_endpoint`); under
+   an MPI launcher rank 0 opens a store on a free port and publishes an address every rank
+   reaches directly (:func:`~fullgraph.distributed.network.
    rendezvous_address`, chosen from every rank's interfaces, gathered over MPI);
 2. interface: each rank points gloo at the interface that routes to the rendezvous address
    (``GLOO_SOCKET_IFNAME``, unless the user set it), so a host name that resolves to a
@@ -36,7 +38,7 @@ from typing import Any
 import torch
 
 from fullgraph.distributed.communicator import Communicator
-from fullgraph.distributed.launch import LaunchInfo
+from fullgraph.distributed.launch import LaunchInfo, rendezvous_endpoint
 from fullgraph.distributed.network import (
     PeerProbe,
     describe_unreachable,
@@ -86,12 +88,13 @@ class TorchCommunicator(Communicator):
 
             self._mpi_comm = init_mpi(timeout_s).COMM_WORLD  # bounded, unlike mpi4py's import
         self._where = "before the rendezvous"
+        self._route_host: str | None = None  # the host whose route picks gloo's interface
         with self._watchdog(label):
             deadline = time.monotonic() + timeout_s
             store, host, port = self._rendezvous(info, deadline)
             self._where = f"rendezvous {host}:{port}"
             if backend == "gloo":
-                self.interface = use_interface_for(host)
+                self.interface = use_interface_for(self._route_host or host)
             self._where += f", interface {self.interface or 'default'}"
             self._join(store, host, port, deadline)
             try:
@@ -110,11 +113,13 @@ class TorchCommunicator(Communicator):
     def _rendezvous(self, info: LaunchInfo, deadline: float) -> tuple[Any, str, int]:
         """The store every rank shares, and the address and port it is reached at."""
         dist, left = self._dist, timedelta(seconds=max(1.0, deadline - time.monotonic()))
-        if info.launcher == "torchrun":
-            host, port = os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", "29500"))
+        # torchrun's MASTER_ADDR:MASTER_PORT, or srun without a PMI: the step's first node.
+        endpoint = rendezvous_endpoint(info)
+        if endpoint is not None:
+            host, port = endpoint.host, endpoint.port
+            self._route_host = endpoint.interface_host
             # Under the torchrun agent its store already listens there; every worker is a client.
-            agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-            is_master = info.rank == 0 and not agent
+            is_master = endpoint.opens_store
             if not is_master:
                 error = wait_for_listener(host, port, deadline)
                 if error is not None:
@@ -123,7 +128,7 @@ class TorchCommunicator(Communicator):
                         f"{self.timeout_s:g} s: {error}"
                     )
                 left = timedelta(seconds=max(1.0, deadline - time.monotonic()))
-            self._where = "MASTER_ADDR:MASTER_PORT"
+            self._where = endpoint.source
             try:
                 with _cpp_errors_quiet():
                     store = dist.TCPStore(
