@@ -55,7 +55,7 @@ window (:data:`~fullgraph.training.inference.WRITE_WINDOW_BYTES`) of rows gather
 transformed and of the file mapped. Nothing is saved for a backward pass and there are no
 gradients, so predict's peak lies below the training peak of the same model and parts
 (``tests/training/test_predict_plan.py`` compares them; docs/predict.md has measured peaks).
-Covered: ``--model gcn``, ``sage`` (:mod:`fullgraph.memory.replay`) and ``gat``
+Covered: ``--model gcn``, ``sage``, ``gin`` (:mod:`fullgraph.memory.replay`) and ``gat``
 (:mod:`fullgraph.memory.gat`), with ``--norm`` and ``--residual``, dense input
 features (:func:`check_modelled` says what is not).
 """
@@ -122,11 +122,11 @@ def check_modelled(cfg: TrainConfig) -> None:
     """Refuse the configurations the model does not cover (one line).
 
     Raises:
-        ConfigError: a layer kind other than gcn / sage / gat.
+        ConfigError: a layer kind other than gcn / sage / gat / gin.
     """
-    if cfg.model not in ("gcn", "sage", "gat"):
+    if cfg.model not in ("gcn", "sage", "gat", "gin"):
         raise ConfigError(
-            f"the memory model covers --model gcn, sage and gat, not --model {cfg.model}"
+            f"the memory model covers --model gcn, sage, gat and gin, not --model {cfg.model}"
         )
 
 

@@ -1,6 +1,6 @@
 """The replay behind the memory model (:mod:`fullgraph.memory.model`): a ledger of
 live buffers and one rank's set-up, training step and evaluation (or ``fullgraph predict``'s
-pass), buffer by buffer, for the GCN / SAGE layers (GAT: :mod:`fullgraph.memory.gat`), with
+pass), buffer by buffer, for the GCN / SAGE / GIN layers (GAT: :mod:`fullgraph.memory.gat`), with
 ``--norm`` and ``--residual`` between the layers."""
 
 from __future__ import annotations
@@ -225,13 +225,17 @@ class RankReplay:
         self.model = _meta_model(cfg, graph.num_features, graph.num_classes)
         self.dims: list[int] = list(self.model.dims)
         self.params = sum(q.numel() for q in self.model.parameters())
-        self.root = cfg.model == "sage"
         self.budget = int(cfg.exchange_buffer_mb * 2**20)
         self.pre = precomputes(cfg)
         self.p_in = cfg.resolved_input_dropout()
         self.codecs = (cfg.compress_fwd, cfg.compress_bwd) if cfg.compressed else None
         self.slice_counts: set[int] = set()
         kind = layer_class(cfg.model)
+        #: the body adds ``h R^T`` (SAGE, GIN): it keeps its input in either order
+        self.root = kind.root_term
+        #: ReLU in place and ``Linear(out, out)`` after the body (GIN's MLP)
+        self.mlp = kind.row_mlp
+        self.prunable = kind.prunable
         #: the layer returns its input's gradient as a new tensor (ReLU-dropout may work in place)
         self.fresh = kind.fresh_input_grad
         #: ReLU-dropout in place in both passes (no norm, no residual, a fresh-gradient layer)
@@ -321,7 +325,7 @@ class RankReplay:
             led.add("sorted operator", "structure", (I64 + F32) * ep)
             led.drop("sort temporaries", "operator ids", "operator values")
             led.rename("sorted operator", "operator")
-        else:  # mean weights: one row id per entry while the values are made
+        else:  # mean weights: one row id per entry while the values are made (GIN's ones: less)
             led.add("row ids", "working", I64 * ep)
             led.add("operator", "structure", F32 * ep)
             led.drop("row ids")
@@ -376,7 +380,7 @@ class RankReplay:
         (on graphs of mean degree >> 1/train share they are: the training nodes' in-neighbours
         cover almost every node)."""
         cfg, p, led = self.cfg, self.p, self.led
-        if cfg.prune != "auto" or cfg.model not in ("gcn", "sage") or cfg.norm == "batch":
+        if cfg.prune != "auto" or not self.prunable or cfg.norm == "batch":
             return
         n = max(p.num_inner, 1)
         share = min(1.0, p.num_train / n)
@@ -472,7 +476,7 @@ class RankReplay:
         led.drop("all-reduce vectors")
 
     def layer_forward(self, i: int, training: bool, rebuild: bool) -> tuple[list[str], bool]:
-        """Layer ``i`` of a GCN / SAGE stack (:mod:`fullgraph.models.graph_linear`): leaves
+        """Layer ``i`` of a GCN / SAGE / GIN stack (:mod:`fullgraph.models.graph_linear`): leaves
         its output ``Y{i}`` live; returns the buffers it saves for the backward pass and
         whether it also saves its input."""
         led, p = self.led, self.p
@@ -495,6 +499,10 @@ class RankReplay:
                 saved.append(f"M{i}")
             led.add(f"Y{i}", "working", F32 * n * o)
             keep_h = self.root and not (i == 0 and rebuild)
+        if self.mlp:  # ReLU in place (its output saved, also Lin2's input), then Lin2
+            led.rename(f"Y{i}", f"R{i}", term)
+            saved.append(f"R{i}")
+            led.add(f"Y{i}", "working", F32 * n * o)
         if not training:
             led.drop(*saved)
         return saved, keep_h
@@ -507,6 +515,12 @@ class RankReplay:
         d, o = self.dims[i], self.dims[i + 1]
         tf = not (i == 0 and self.pre) and o <= d
         codec = self._codec(1, True)
+        if self.mlp:  # Lin2's input gradient, then ReLU's: the body's output gradient
+            led.add("dR", "working", F32 * n * o)
+            led.drop("dY")
+            led.add("dY body", "working", F32 * n * o)
+            led.drop("dR")
+            led.rename("dY body", "dY")
         if i > 0:
             led.add("dh", "working", F32 * n * d)
         if i == 0 and rebuild and (tf or self.root):  # hashed_dropout again: mask, then rows

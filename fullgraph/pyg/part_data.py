@@ -16,7 +16,6 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import replace
 from typing import Any
 
 import numba
@@ -31,9 +30,8 @@ from fullgraph.distributed import (
     detect_launch,
     resolve_transport,
 )
-from fullgraph.distributed.halo import HaloPlan, SplitOperator
+from fullgraph.distributed.halo import HaloPlan
 from fullgraph.errors import ConfigError, FullgraphError
-from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.partition import (
     Partition,
@@ -101,8 +99,9 @@ class PartGraph:
         """The context of layer kind ``kind`` for inputs like ``like`` (device and dtype).
 
         Args:
-            kind: a registered layer kind (``gcn``, ``sage``, ``gat``), or :data:`SUM`: the
-                plain sum over every node's incoming neighbours (GIN, ``SAGEConv(aggr="sum")``).
+            kind: a registered layer kind (``gcn``, ``sage``, ``gat``, ``gin``; :data:`SUM`,
+                the ``gin`` kind, is the plain sum over every node's incoming neighbours:
+                ``GINConv``, ``SAGEConv(aggr="sum")``).
             like: an input of the layer; its device and floating dtype are used.
 
         Returns:
@@ -112,12 +111,9 @@ class PartGraph:
         """
         key = (kind, like.device, like.dtype)
         if key not in self._contexts:
-            if kind == SUM:
-                self._contexts[key] = _sum_context(self.context("sage", like))
-            else:
-                self._contexts[key] = rank_context(
-                    self.part, self.plan, kind, self.seed, like.device, like.dtype
-                )
+            self._contexts[key] = rank_context(
+                self.part, self.plan, kind, self.seed, like.device, like.dtype
+            )
         return self._contexts[key]
 
     def check_rows(self, x: torch.Tensor, where: str) -> None:
@@ -134,21 +130,10 @@ class PartGraph:
             )
 
 
-#: The pseudo-kind of :meth:`PartGraph.context` whose operator sums the incoming neighbours.
-SUM = "sum"
-
-
-def _sum_context(mean: GraphContext) -> GraphContext:
-    """The context of the plain sum: the ``sage`` kind's mean operator with unit values.
-
-    The mean operator holds one entry per incoming edge (duplicates kept, no self-loop), so
-    with every value 1 it sums the neighbours as PyG's ``aggr="add"`` does.
-    """
-
-    def ones(a: CSRMatrix | None) -> CSRMatrix | None:
-        return None if a is None else a.with_values(torch.ones_like(a.values))
-
-    return replace(mean, op=SplitOperator(ones(mean.op.inner), ones(mean.op.halo)))
+#: The layer kind whose operator sums the incoming neighbours (one entry per in-edge, duplicates
+#: kept, no self-loop, every value 1: PyG's ``aggr="add"``), for ``GINConv`` and
+#: ``SAGEConv(aggr="sum")``.
+SUM = "gin"
 
 
 def _graph_digest(graph: Graph) -> str:

@@ -10,8 +10,8 @@ computes on the whole graph:
 - ``GCNConv`` and ``SAGEConv(aggr="mean")`` aggregate with the operators of
   :mod:`fullgraph.models.layers` (global degrees; halo rows exchanged, overlapped with the inner
   product), transforming first when that narrows the exchange; ``SAGEConv(aggr="sum")`` and
-  ``GINConv`` with the plain sum over the incoming neighbours (the ``sage`` operator's structure
-  with unit values, :data:`~fullgraph.pyg.part_data.SUM`);
+  ``GINConv`` with the plain sum over the incoming neighbours (the ``gin`` layer kind's
+  operator, :data:`~fullgraph.pyg.part_data.SUM`);
 - ``GATConv`` is the ``gat`` layer kind of :mod:`fullgraph.models.layers` (attention dropout
   from counter hashes);
 - ``BatchNorm1d`` (also inside PyG's ``BatchNorm``) is

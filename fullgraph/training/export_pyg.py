@@ -10,6 +10,9 @@ The model file of ``fullgraph train`` (:mod:`fullgraph.training.model_file`) bec
   ``convs.i.lin_l.bias``, ``convs.i.lin_r.weight`` (our ``root``);
 - ``layers.i`` gat -> ``GATConv(in, width, heads, concat)``: ``convs.i.lin.weight``,
   ``convs.i.att_src``, ``convs.i.att_dst``, ``convs.i.bias``;
+- ``layers.i`` gin -> ``GINConv(MLP([in, out, out], norm=None), train_eps=True)``:
+  ``convs.i.eps``, ``convs.i.nn.lins.0.weight`` / ``bias`` (our ``mlp.0``),
+  ``convs.i.nn.lins.1.weight`` / ``bias`` (our ``mlp.2``);
 - ``norms.i`` batch -> ``BatchNorm(width)``, evaluated with its running statistics:
   ``norms.i.module.weight`` / ``bias`` / ``running_mean`` / ``running_var`` /
   ``num_batches_tracked``;
@@ -19,7 +22,8 @@ The model file of ``fullgraph train`` (:mod:`fullgraph.training.model_file`) bec
 
 ``convs`` and ``norms`` are the names of PyG's own ``BasicGNN`` models, so a model without
 residual connections (and, for GAT, with as many heads in the last layer as in the others)
-also loads into ``torch_geometric.nn.models.GCN`` / ``GraphSAGE`` / ``GAT``: the export records
+also loads into ``torch_geometric.nn.models.GCN`` / ``GraphSAGE`` / ``GAT`` (GIN: also without
+``--norm``, which PyG's ``GIN`` puts inside every MLP): the export records
 their constructor arguments (``pyg_model``).
 
 Two outputs (see ``docs/export.md``):
@@ -49,7 +53,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.nn import BatchNorm, GATConv, GCNConv, LayerNorm, Linear, SAGEConv
+from torch_geometric.nn import (
+    MLP,
+    BatchNorm,
+    GATConv,
+    GCNConv,
+    GINConv,
+    LayerNorm,
+    Linear,
+    SAGEConv,
+)
 
 from fullgraph.atomic import (
     OutputKind,
@@ -71,19 +84,19 @@ MARKER = "# Written by `fullgraph export --to pyg`"
 #: Our ``--norm`` -> the name PyG's ``normalization_resolver`` (and :class:`FullgraphGNN`) uses.
 NORM_NAMES = {"none": None, "batch": "batch_norm", "layer": "layer_norm"}
 #: Our layer kind -> PyG's ``BasicGNN`` of the same layers.
-BASIC_GNN = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT"}
+BASIC_GNN = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN"}
 
 
 class FullgraphGNN(torch.nn.Module):
-    """A GCN / GraphSAGE / GAT stack of PyG layers, as ``fullgraph train`` builds it.
+    """A GCN / GraphSAGE / GAT / GIN stack of PyG layers, as ``fullgraph train`` builds it.
 
     Layer ``i``: ``h = conv(drop(x), edge_index) + res(drop(x))``; then, but for the last
     layer, ``x = relu(norm(h))``. ``res`` (``residual=True``) is the identity where the widths
     match, else a ``Linear`` without bias. Dropout acts in training only.
 
     Args:
-        kind: ``gcn`` (``GCNConv``), ``sage`` (``SAGEConv(aggr="mean")``) or ``gat``
-            (``GATConv``).
+        kind: ``gcn`` (``GCNConv``), ``sage`` (``SAGEConv(aggr="mean")``), ``gat``
+            (``GATConv``) or ``gin`` (``GINConv`` of ``MLP([in, out, out])``, ``train_eps``).
         in_channels: input features.
         hidden_channels: hidden width (per head for ``gat``).
         out_channels: classes.
@@ -114,8 +127,8 @@ class FullgraphGNN(torch.nn.Module):
         attention_dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        if kind not in ("gcn", "sage", "gat"):
-            raise ValueError(f"kind must be gcn, sage or gat, not {kind!r}")
+        if kind not in ("gcn", "sage", "gat", "gin"):
+            raise ValueError(f"kind must be gcn, sage, gat or gin, not {kind!r}")
         if norm not in (None, "batch_norm", "layer_norm"):
             raise ValueError(f"norm must be None, 'batch_norm' or 'layer_norm', not {norm!r}")
         self.kind, self.residual = kind, residual
@@ -131,6 +144,9 @@ class FullgraphGNN(torch.nn.Module):
                 conv, width_out = GCNConv(width, out), out
             elif kind == "sage":
                 conv, width_out = SAGEConv(width, out, aggr="mean"), out
+            elif kind == "gin":
+                mlp = MLP([width, out, out], norm=None)
+                conv, width_out = GINConv(mlp, train_eps=True), out
             else:
                 n = output_heads if last else heads
                 conv = GATConv(width, out, heads=n, concat=not last, dropout=attention_dropout)
@@ -188,7 +204,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.nn import BatchNorm, GATConv, GCNConv, LayerNorm, Linear, SAGEConv
+from torch_geometric.nn import (
+    MLP,
+    BatchNorm,
+    GATConv,
+    GCNConv,
+    GINConv,
+    LayerNorm,
+    Linear,
+    SAGEConv,
+)
 
 __all__ = ["FullgraphGNN", "load_model"]
 """
@@ -244,6 +269,11 @@ def pyg_state_dict(model: GNN) -> dict[str, Tensor]:
             out[p + "att_src"] = layer.att_src
             out[p + "att_dst"] = layer.att_dst
             out[p + "bias"] = layer.bias
+        elif model.kind == "gin":
+            out[p + "eps"] = layer.eps
+            for ours, theirs in ((0, 0), (2, 1)):
+                out[f"{p}nn.lins.{theirs}.weight"] = layer.mlp[ours].weight
+                out[f"{p}nn.lins.{theirs}.bias"] = layer.mlp[ours].bias
         else:
             raise ConfigError(f"layer kind {model.kind!r} has no PyG layer to export to")
     for i, norm in enumerate(model.norms):
@@ -262,12 +292,13 @@ def pyg_state_dict(model: GNN) -> dict[str, Tensor]:
 def basic_gnn(args: dict[str, Any]) -> dict[str, Any] | None:
     """PyG's own model (``torch_geometric.nn.models.GCN`` / ``GraphSAGE`` / ``GAT``) that takes
     the same ``state_dict`` and gives the same logits in evaluation, or ``None`` when there is
-    none (residual connections; GAT with another head count in the last layer).
+    none (residual connections; GAT with another head count in the last layer; GIN with a
+    norm, which PyG's ``GIN`` puts inside every MLP).
 
     Returns:
         ``{"class": "torch_geometric.nn.models.GCN", "kwargs": {...}}`` or ``None``.
     """
-    if args["residual"]:
+    if args["residual"] or (args["kind"] == "gin" and args["norm"] is not None):
         return None
     kwargs: dict[str, Any] = {
         "in_channels": args["in_channels"],
@@ -283,6 +314,8 @@ def basic_gnn(args: dict[str, Any]) -> dict[str, Any] | None:
                 return None
             kwargs["hidden_channels"] = args["hidden_channels"] * heads  # PyG: all heads
         kwargs["heads"] = heads
+    if args["kind"] == "gin":
+        kwargs["train_eps"] = True
     if args["norm"] is not None:
         kwargs["norm"] = args["norm"]
         if args["norm"] == "layer_norm":
@@ -335,7 +368,7 @@ def _text(value: Any) -> str:
 def _summary(state: dict[str, Any]) -> str:
     """``GCN, 3 layers, hidden 16, batch norm, residual`` for the module docstring."""
     a = state["init_args"]
-    words = [{"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT"}[a["kind"]]]
+    words = [{"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN"}[a["kind"]]]
     words.append(f"{a['num_layers']} layer{'s' if a['num_layers'] > 1 else ''}")
     if a["num_layers"] > 1:
         words.append(f"hidden {a['hidden_channels']}")

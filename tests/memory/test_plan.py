@@ -30,6 +30,7 @@ from fullgraph.memory.model import (
     TERMS,
     GraphShape,
     PartShape,
+    _replay,
     check_modelled,
     predict,
 )
@@ -80,12 +81,13 @@ def test_gat_norm_and_residual_are_planned(capsys, small_partitions) -> None:
         ["--model", "gat", "--heads", "2"],
         ["--model", "sage", "--norm", "batch"],
         ["--model", "gcn", "--norm", "layer", "--residual"],
+        ["--model", "gin", "--layers", "3"],
     ):
         code, out, err = _plan(capsys, "--parts", parts, *extra, "--floor-mb", "1")
         assert code == 0 and err == "", extra
         assert out.count(": fits") == 1 and "peak in" in out, extra
-    with pytest.raises(ConfigError, match="covers --model gcn, sage and gat"):
-        check_modelled(SimpleNamespace(model="gin"))  # a layer kind registered by a user
+    with pytest.raises(ConfigError, match="covers --model gcn, sage, gat and gin"):
+        check_modelled(SimpleNamespace(model="mine"))  # a layer kind registered by a user
 
 
 def test_norm_residual_and_gat_follow_the_code() -> None:
@@ -111,6 +113,13 @@ def test_norm_residual_and_gat_follow_the_code() -> None:
     assert dense.terms["structure"] > g.terms["structure"]
     more = predict(shape, replace(gat, heads=8), floor)[0]
     assert more.total > g.total
+    # GIN: SAGE's body (input kept) plus the MLP's ReLU output saved per layer (all of them
+    # live at the loss), and the MLP's second weights
+    sage = TrainConfig(model="sage", layers=3, hidden=256, dropout=0.0, input_dropout=0.0)
+    gin = replace(sage, model="gin")
+    at_loss = [_replay(shape.parts[0], shape, c, floor).phase_peaks["loss"][1] for c in (sage, gin)]
+    assert at_loss[1]["saved"] - at_loss[0]["saved"] == 4 * n * (2 * 256 + shape.num_classes)
+    assert predict(shape, gin, floor)[0].total > predict(shape, sage, floor)[0].total
 
 
 def test_a_node_too_small_prints_the_table_then_one_line(capsys, small_partitions) -> None:

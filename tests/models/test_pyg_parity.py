@@ -2,9 +2,10 @@
 
 The exactness tests compare P ranks with one process of our own code; a formula wrong the same
 way everywhere would pass them. Here each layer's output and gradients equal PyG's ``GCNConv`` /
-``SAGEConv(aggr="mean")`` with the same weights to 1e-6 in float64 (on Cora and on a random
-graph with isolated nodes and a hub), and the whole model's loss over 5 epochs equals a plain PyG
-model's trained from the same initial weights without dropout.
+``SAGEConv(aggr="mean")`` / ``GINConv(Linear-ReLU-Linear, train_eps=True)`` with the same
+weights to 1e-6 in float64 (on Cora and on a random graph with isolated nodes and a hub), and the
+whole model's loss over 5 epochs equals a plain PyG model's trained from the same initial weights
+without dropout.
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ def _pyg_layer(kind: str, ours: torch.nn.Module) -> torch.nn.Module:
         ref = pyg_nn.GCNConv(d_in, d_out).double()
         ref.lin.weight.data.copy_(ours.lin.weight.data)
         ref.bias.data.copy_(ours.lin.bias.data)
+    elif kind == "gin":
+        mlp = torch.nn.Sequential(
+            torch.nn.Linear(d_in, d_out), torch.nn.ReLU(), torch.nn.Linear(d_out, d_out)
+        )
+        ref = pyg_nn.GINConv(mlp, train_eps=True).double()
+        ref.nn.load_state_dict(ours.mlp.state_dict())
+        ref.eps.data.copy_(ours.eps.data)
     else:
         ref = pyg_nn.SAGEConv(d_in, d_out, aggr="mean").double()
         ref.lin_l.weight.data.copy_(ours.lin.weight.data)
@@ -79,13 +87,24 @@ def _pyg_layer(kind: str, ours: torch.nn.Module) -> torch.nn.Module:
     return ref
 
 
-@pytest.mark.parametrize("kind", ["gcn", "sage"])
+def _pyg_grads(kind: str, ref: torch.nn.Module) -> list[torch.Tensor]:
+    """PyG's parameter gradients in the order of our layer's parameters."""
+    if kind == "gcn":
+        return [ref.lin.weight.grad, ref.bias.grad]
+    if kind == "gin":
+        return [ref.eps.grad] + [p.grad for p in ref.nn.parameters()]
+    return [ref.lin_l.weight.grad, ref.lin_l.bias.grad, ref.lin_r.weight.grad]
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin"])
 @pytest.mark.parametrize("widths", [(16, 8), (8, 16)])  # transform first, aggregate first
 def test_layer_equals_pyg(graph: Graph, kind: str, widths: tuple[int, int]) -> None:
     torch.manual_seed(0)
     d_in, d_out = widths
     x = torch.randn(graph.num_nodes, d_in, dtype=torch.float64)
     ours = layer_class(kind)(d_in, d_out).double()
+    if kind == "gin":  # a non-zero eps, so that its gradient and the root term are checked
+        ours.eps.data.fill_(0.3)
     ref = _pyg_layer(kind, ours)
     edge_index = to_pyg(graph).edge_index
     xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
@@ -97,11 +116,7 @@ def test_layer_equals_pyg(graph: Graph, kind: str, widths: tuple[int, int]) -> N
     (want * w).sum().backward()
     torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-6, atol=1e-6)
     ours_grads = [p.grad for p in ours.parameters()]
-    if kind == "gcn":
-        ref_grads = [ref.lin.weight.grad, ref.bias.grad]
-    else:
-        ref_grads = [ref.lin_l.weight.grad, ref.lin_l.bias.grad, ref.lin_r.weight.grad]
-    for a, b in zip(ours_grads, ref_grads, strict=True):
+    for a, b in zip(ours_grads, _pyg_grads(kind, ref), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
@@ -120,7 +135,7 @@ class _PygModel(torch.nn.Module):
         return x
 
 
-@pytest.mark.parametrize("kind", ["gcn", "sage"])
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin"])
 def test_model_losses_equal_a_plain_pyg_model(graph: Graph, kind: str) -> None:
     """Five Adam epochs from the same weights, no dropout, weight decay on the first layer."""
     cfg = TrainConfig(model=kind, layers=2, hidden=16, dropout=0.0, lr=0.01, epochs=5, seed=1)

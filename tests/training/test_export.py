@@ -1,12 +1,13 @@
 """``fullgraph export --to pyg``: the trained model as a plain PyG model, and PyG models trained
 with ``fullgraph.pyg``, whose ``state_dict`` is already PyG's.
 
-- Every configuration (gcn, sage, gat with 2 hidden heads and 1 output head; 1 to 3 layers;
+- Every configuration (gcn, sage, gat with 2 hidden heads and 1 output head, gin; 1 to 3 layers;
   batch norm, layer norm, residual connections with width changes; a symmetric graph with
   isolated nodes and a hub, and a directed one) exported to ``OUT.py`` and ``OUT.pt``: the
   module imported from its path, ``load_model()``, the class rebuilt from ``OUT.pt``, and PyG's
-  own ``GCN`` / ``GraphSAGE`` / ``GAT`` where the export names one, all give our logits (our
-  ``GNN`` in evaluation on the one-process context) to 1e-5 in float32.
+  own ``GCN`` / ``GraphSAGE`` / ``GAT`` / ``GIN`` where the export names one, all give our
+  logits (our ``GNN`` in evaluation on the one-process context) to 1e-5 in float32 (gin:
+  relative to the largest logit).
 - ``fullgraph train --save-model`` then ``fullgraph export``, end to end on the command line.
 - Bad input (not a model file, a damaged one, another target, another suffix, an existing
   output, a file fullgraph did not write, the model file itself as output): one line, exit 2,
@@ -56,11 +57,17 @@ from fullgraph.training.model_file import (  # noqa: E402
     save_model_file,
 )
 
-#: The largest difference allowed between our logits and the exported model's (float32).
+#: The largest difference allowed between our logits and the exported model's (float32); for gin
+#: relative to the largest logit when that exceeds 1.
 TOLERANCE = 1e-5
 #: configuration id -> TrainConfig fields (beside hidden 16, or 8 per head for gat)
 CONFIGS: dict[str, dict[str, Any]] = {}
-for _kind, _extra in (("gcn", {}), ("sage", {}), ("gat", {"heads": 2, "output_heads": 1})):
+for _kind, _extra in (
+    ("gcn", {}),
+    ("sage", {}),
+    ("gat", {"heads": 2, "output_heads": 1}),
+    ("gin", {}),
+):
     for _name, _fields in (
         ("L1", {"layers": 1}),
         ("L3", {"layers": 3}),
@@ -175,7 +182,7 @@ def _report_errors():
     """Print the largest difference per configuration (``pytest -s`` shows it)."""
     yield
     if MAX_ERRORS:
-        print("\nexport parity, max |ours - PyG| (float32):")
+        print("\nexport parity, max |ours - PyG| (float32; gin: relative to logits above 1):")
         for key, err in MAX_ERRORS.items():
             print(f"  {key:36s} {err:.3g}")
 
@@ -207,6 +214,7 @@ def test_exported_model_gives_our_logits(
         spec = saved["pyg_model"]
         same_heads = cfg.layers == 1 or cfg.heads == cfg.output_heads
         expect_basic = not cfg.residual and (cfg.model != "gat" or same_heads)
+        expect_basic = expect_basic and not (cfg.model == "gin" and cfg.norm != "none")
         assert (spec is not None) == expect_basic, spec
         if spec is not None:  # PyG's own model, no code of ours
             import torch_geometric.nn.models as pyg_models
@@ -214,6 +222,9 @@ def test_exported_model_gives_our_logits(
             basic = getattr(pyg_models, spec["class"].rpartition(".")[2])(**spec["kwargs"])
             basic.load_state_dict(saved["state_dict"], strict=True)
             errors[spec["class"]] = float((_logits(basic, graph) - ours).abs().max())
+    # gin: relative to the logits' scale (its sums over a hub of 60 in-neighbours reach 1e3)
+    scale = max(1.0, float(ours.abs().max())) if cfg.model == "gin" else 1.0
+    errors = {k: v / scale for k, v in errors.items()}
     MAX_ERRORS[f"{config} ({graph_name})"] = max(errors.values())
     assert max(errors.values()) <= TOLERANCE, errors
 

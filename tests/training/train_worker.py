@@ -35,6 +35,8 @@ VARIANTS = [
     ("gcn_batchnorm", "gcn", 0.5),
     ("sage_layernorm_res", "sage", 0.5),
     ("sage_unpruned", "sage", 0.5),
+    ("gin", "gin", 0.5),
+    ("gin_pre", "gin", 0.0),
 ]
 #: Further TrainConfig fields of some variants. The GAT layers of the 12-feature test graph
 #: exchange their input (12 or hidden x heads columns < heads x (hidden + 1)) except the last,

@@ -54,12 +54,18 @@ class GraphLayer(nn.Module):
         prunable: the layer's output row depends on that row's in-neighbours only, through
             ``ctx.layer_graph`` (so training may restrict it to the rows the loss reaches,
             :mod:`fullgraph.distributed.receptive_field`).
+        root_term: the body adds a root term ``h R^T`` (SAGE, GIN), so it keeps its input in
+            either order (the memory model reads it).
+        row_mlp: after the body, a ReLU in place and a linear layer ``out -> out`` per row
+            (GIN's MLP; the memory model reads it).
     """
 
     kind: ClassVar[str] = ""
     precomputable: ClassVar[bool] = True
     fresh_input_grad: ClassVar[bool] = False
     prunable: ClassVar[bool] = False
+    root_term: ClassVar[bool] = False
+    row_mlp: ClassVar[bool] = False
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()

@@ -33,6 +33,7 @@ class SAGELayer(GraphLayer):
     kind = "sage"
     fresh_input_grad = True
     prunable = True
+    root_term = True
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__(in_dim, out_dim)
