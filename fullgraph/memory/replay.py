@@ -6,6 +6,7 @@ pass), buffer by buffer, for the GCN / SAGE / GIN layers (GAT: :mod:`fullgraph.m
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -607,9 +608,20 @@ class RankReplay:
         """The evaluation forward pass (no dropout, float32 exchanges, nothing saved)."""
         led, p, dims = self.led, self.p, self.dims
         L = len(dims) - 1
+        self._forward_without_grad("evaluation")
+        led.add("predictions", "working", (I64 + 1) * p.num_inner)
+        led.drop(f"Y{L - 1}", "predictions")
+
+    def _forward_without_grad(
+        self, phase: str, after_hidden: Callable[[int], None] | None = None
+    ) -> None:
+        """The layers in evaluation mode (no dropout, nothing saved for a backward pass); each
+        hidden layer's output ``h{i+1}`` lives until the next layer is done. ``after_hidden(i)``
+        runs once hidden output ``i + 1`` exists (predict writes it)."""
+        led, L = self.led, len(self.dims) - 1
         cur = "x"
         for i in range(L):
-            led.phase = f"evaluation, layer {i}"
+            led.phase = f"{phase}, layer {i}"
             self.layer_forward(i, False, False)
             if self.cfg.residual:
                 self._residual_forward(i)
@@ -618,8 +630,8 @@ class RankReplay:
             if i < L - 1:
                 self._between_forward(i, False)
                 cur = f"h{i + 1}"
-        led.add("predictions", "working", (I64 + 1) * p.num_inner)
-        led.drop(f"Y{L - 1}", "predictions")
+                if after_hidden is not None:
+                    after_hidden(i)
 
     # -- fullgraph predict -------------------------------------------------------------------
     def _write_rows(self, source_row: int, file_row: int, transform: bool) -> None:
@@ -647,18 +659,10 @@ class RankReplay:
         led.add("row order", "structure", 2 * I64 * n)  # sorted global ids and the order
         led.add("argsort", "working", I64 * n)
         led.drop("argsort")
-        cur = "x"
-        for i in range(L):
-            led.phase = f"predict, layer {i}"
-            self.layer_forward(i, False, False)
-            if self.cfg.residual:
-                self._residual_forward(i)
-            if cur != "x":
-                led.drop(cur)
-            if i < L - 1:
-                self._between_forward(i, False)
-                cur = f"h{i + 1}"
-                self._write_rows(F32 * dims[i + 1], F32 * dims[i + 1], False)
+        self._forward_without_grad(
+            "predict",
+            lambda i: self._write_rows(F32 * dims[i + 1], F32 * dims[i + 1], False),
+        )
         led.phase = "predict, writing the outputs"
         last = f"Y{L - 1}"
         C = dims[-1]
