@@ -64,5 +64,11 @@ def whole_graph_part(graph: Graph) -> Partition:
         num_features=graph.num_features,
         num_train_global=num_train,
         partition_hash=_graph_hash(graph),
-        meta={"dataset": graph.name, "num_nodes": n, "num_parts": 1},
+        meta={
+            "dataset": graph.name,
+            "num_nodes": n,
+            "num_parts": 1,
+            # which of the dataset's fixed splits the masks are, as a partition's meta.json says
+            **({"split": int(graph.meta["split"])} if "split" in graph.meta else {}),
+        },
     )

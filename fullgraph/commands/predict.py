@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from fullgraph.atomic import Place, check_apart
 from fullgraph.config import Config, check_path, option
 from fullgraph.errors import ConfigError
-from fullgraph.partition import Partition, PartitionDir
+from fullgraph.partition import PartitionDir
 from fullgraph.run.command import Command, Job
 from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
 from fullgraph.training.config import TrainData
@@ -199,30 +199,7 @@ class PredictCommand(Command):
     def _inputs(self) -> list[Place]:
         """What the run reads: its partition or dataset, and the model file."""
         model = Place(Path(self.options.model), f"--model {self.options.model}", "the model file")
-        if self.parts is not None:
-            return [Place(self.parts.root, f"--parts {self.data.parts}", "the partition"), model]
-        if self.data.dataset:
-            from fullgraph.datasets.paths import dataset_inputs
-
-            return [*dataset_inputs(self.data.dataset, self.data.root), model]
-        return [model]
-
-    def _load_part(self, rank: int) -> Partition:
-        """This rank's part, or the whole graph as the one part of a one-process run."""
-        from fullgraph.partition import load_partition, whole_graph_part
-
-        if self.parts is not None:
-            return load_partition(
-                self.parts, rank, mmap=False, verify_checksums=not self.data.no_verify
-            )
-        if self.data.synthetic:
-            from fullgraph.datasets.synthetic import generate
-
-            seed = self.model_file.config.seed if self.model_file is not None else 0
-            return whole_graph_part(generate(self.data.synthetic, seed=seed))
-        from fullgraph.datasets import load
-
-        return whole_graph_part(load(self.data.dataset, self.data.root, split=self.data.split))
+        return [*self.data.inputs(self.parts), model]
 
     def _memory_check(self, shape: Any, ranks_per_node: int) -> list[str]:
         """Rank 0: predict's peak from the sizes (this process's resident memory as the floor,
@@ -247,6 +224,7 @@ class PredictCommand(Command):
         """Output checked, memory plan, the part, the predictor, the files, ``predict.json``."""
         from fullgraph.atomic import atomic_dir, atomic_write_json, check_output
         from fullgraph.memory.model import GraphShape
+        from fullgraph.resources import peak_rss_mb
         from fullgraph.training.inference import PREDICTION, Predictor, create_files
         from fullgraph.watchdog import phase
 
@@ -271,7 +249,7 @@ class PredictCommand(Command):
                 )
             )
         with phase("part loading"):
-            part = job.agree(lambda: self._load_part(comm.rank))
+            part = job.agree(lambda: self.data.load_part(self.parts, comm.rank, mf.config.seed))
         if self.parts is None:  # one process: the sizes are known once the graph is loaded
             check_widths(mf, int(part.num_features), int(part.num_classes), self._named())
             warnings = self._memory_check(GraphShape.from_part(part, self.data.label), 1)
@@ -317,7 +295,7 @@ class PredictCommand(Command):
                 "seconds": time.perf_counter() - t0,
                 "layer_seconds": result["layer_seconds"],
                 "write_s": result["write_s"],
-                "peak_rss_mb": _peak_rss_mb(),
+                "peak_rss_mb": peak_rss_mb(),
             }
             ranks = comm.allgather_object(mine)  # also the barrier: every rank's rows are synced
             record = self._record(job, predictor, files, result["summary"], ranks)
@@ -392,13 +370,6 @@ class PredictCommand(Command):
             "write_s": max(r["write_s"] for r in ranks),
             "peak_rss_mb": [round(r["peak_rss_mb"], 1) for r in ranks],
         }
-
-
-def _peak_rss_mb() -> float:
-    """This process's peak resident memory so far, MiB."""
-    from fullgraph.resources import peak_rss_mb
-
-    return peak_rss_mb()
 
 
 def _check_visible(directory: Path, out: Path) -> None:

@@ -15,8 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from fullgraph.atomic import Place
-from fullgraph.partition import Partition, PartitionDir
+from fullgraph.partition import PartitionDir
 from fullgraph.run.command import Command, Job
 from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
 from fullgraph.training.config import TrainConfig, TrainData
@@ -61,8 +60,6 @@ class TrainCommand(Command):
         self.data = TrainData.from_args(self.args)
         self.config = TrainConfig.from_args(self.args)
         self.parts: PartitionDir | None = None
-        #: which of the dataset's fixed splits the run trains on (``None``: it has one only)
-        self.split: int | None = None
 
     def check(self) -> None:
         """The rank count against the part count (``meta.json``, read here for the whole run)
@@ -76,38 +73,9 @@ class TrainCommand(Command):
             self.parts.check_ranks(size, f"run `{self.launch.relaunch(self.parts.num_parts)}`")
             meta = self.parts.meta
             resolve_metric(self.config.metric, meta["dataset"], int(meta["num_classes"]))
-            self.split = meta.get("split")
         elif size > 1:
             raise ConfigError(f"{size} ranks need --parts (the whole graph trains in one process)")
-        self.io.check_apart_from(self._inputs(), model=True)
-
-    def _inputs(self) -> list[Place]:
-        """What the run reads, for the outputs' overlap check: its partition or dataset."""
-        if self.parts is not None:
-            return [Place(self.parts.root, f"--parts {self.data.parts}", "the partition")]
-        if self.data.dataset:
-            from fullgraph.datasets.paths import dataset_inputs
-
-            return dataset_inputs(self.data.dataset, self.data.root)
-        return []
-
-    def _load_part(self, rank: int) -> Partition:
-        """This rank's part, or the whole graph as the one part of a one-process run."""
-        from fullgraph.partition import load_partition, whole_graph_part
-
-        if self.parts is not None:
-            return load_partition(
-                self.parts, rank, mmap=False, verify_checksums=not self.data.no_verify
-            )
-        if self.data.synthetic:
-            from fullgraph.datasets.synthetic import generate
-
-            return whole_graph_part(generate(self.data.synthetic, seed=self.config.seed))
-        from fullgraph.datasets import load
-
-        graph = load(self.data.dataset, self.data.root, split=self.data.split)
-        self.split = graph.meta.get("split")
-        return whole_graph_part(graph)
+        self.io.check_apart_from(self.data.inputs(self.parts), model=True)
 
     def run(self, job: Job) -> dict[str, Any]:
         """Outputs checked, the memory plan, the part, the trainer, the epochs."""
@@ -129,7 +97,7 @@ class TrainCommand(Command):
                 with phase("memory probe"):
                     plan.measure_floor(shape.num_features, shape.num_classes)
         with phase("part loading"):
-            part = job.agree(lambda: self._load_part(comm.rank))
+            part = job.agree(lambda: data.load_part(self.parts, comm.rank, cfg.seed))
         if self.parts is None:  # one process: the sizes are known once the graph is loaded
             from fullgraph.metrics import resolve_metric
 
@@ -147,6 +115,7 @@ class TrainCommand(Command):
                               device=job.device)  # fmt: skip
         trainer.data_label = data.label
         partition_hash = part.partition_hash
+        split = part.meta.get("split")  # which of the dataset's fixed splits (None: its only one)
         del part  # the trainer holds what it trains on; the rest of the part's arrays go
         if job.run.resume:
             with phase("checkpoint loading"):
@@ -157,8 +126,8 @@ class TrainCommand(Command):
             "partition_hash": partition_hash,
             "metric": trainer.metric,
         }
-        if self.split is not None:
-            resolved["split"] = self.split
+        if split is not None:
+            resolved["split"] = split
         log = job.start(resolved, trainer.start_epoch)
         quiet = job.run.quiet
         if comm.rank == 0 and not quiet:

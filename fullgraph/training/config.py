@@ -10,8 +10,9 @@ default, help and check; ``fullgraph train``'s options are generated from them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from fullgraph.atomic import Place
 from fullgraph.config import (
     NON_NEGATIVE,
     OPTIONAL_POSITIVE_INT,
@@ -31,6 +32,9 @@ from fullgraph.metrics import METRIC_CHOICES
 from fullgraph.models.gnn import GNN
 from fullgraph.models.layers import LayerOptions, layer_kinds
 from fullgraph.models.norm import NORMS
+
+if TYPE_CHECKING:
+    from fullgraph.partition import Partition, PartitionDir
 
 
 class InputDropoutConfig:
@@ -220,3 +224,33 @@ class TrainData(Config):
     def label(self) -> str:
         """How the run names its data in ``config.json``."""
         return self.parts or self.dataset or f"synthetic:{self.synthetic}"
+
+    def inputs(self, parts: PartitionDir | None) -> list[Place]:
+        """What a run on this data reads, for the outputs' overlap check.
+
+        Args:
+            parts: the opened ``--parts`` directory, or ``None`` for a whole graph.
+        """
+        if parts is not None:
+            return [Place(parts.root, f"--parts {self.parts}", "the partition")]
+        if self.dataset:
+            from fullgraph.datasets.paths import dataset_inputs
+
+            return dataset_inputs(self.dataset, self.root)
+        return []
+
+    def load_part(self, parts: PartitionDir | None, rank: int, seed: int) -> Partition:
+        """This rank's part of ``parts``, or the whole graph as the one part of a one-process
+        run (``--synthetic`` generated with ``seed``; ``part.meta`` names a fixed split, as a
+        partition's ``meta.json`` does)."""
+        from fullgraph.partition import load_partition, whole_graph_part
+
+        if parts is not None:
+            return load_partition(parts, rank, mmap=False, verify_checksums=not self.no_verify)
+        if self.synthetic:
+            from fullgraph.datasets.synthetic import generate
+
+            return whole_graph_part(generate(self.synthetic, seed=seed))
+        from fullgraph.datasets import load
+
+        return whole_graph_part(load(self.dataset, self.root, split=self.split))
