@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -238,6 +239,15 @@ def main() -> int:
         "pruning saves per epoch, not part of the target)",
     )
     ap.add_argument("--reuse", action="store_true", help="reuse complete logs of earlier runs")
+    ap.add_argument(
+        "--precision", default="32", help="--precision of every run (32, bf16-mixed; default 32)"
+    )
+    ap.add_argument(
+        "--fb-flags",
+        default="",
+        help="more `fullgraph train` flags for the full-batch runs (after the dataset's "
+        "--lr: they win), e.g. the recipe of bench.recipe_sweep: --fb-flags='--dropout 0.2'",
+    )
     args = ap.parse_args()
     out = Path(args.out)
     work = out / "fullbatch_vs_minibatch"
@@ -252,6 +262,7 @@ def main() -> int:
     layers = len(args.fanouts.split(","))
     model = ["--hidden", str(args.hidden), "--dropout", "0.5", "--input-dropout", "0"]
     model += ["--weight-decay", "0", "--seed", "0", "--threads", str(args.threads), "--quiet"]
+    model += ["--precision", args.precision]
     csv = CSVWriter(out / "fullbatch_vs_minibatch.csv")
     env_note = f"{os.cpu_count()} cores, {args.threads} thread(s) per rank"
     table = []
@@ -266,7 +277,7 @@ def main() -> int:
             base = [*launcher(p), str(BIN / "fullgraph"), "train", "--parts", str(parts)]
             base += ["--model", "sage", "--layers", str(layers), "--lr", str(s["fb_lr"]), *model]
             every = args.fb_eval_every or s.get("fb_eval_every", 1)
-            base += ["--eval-every", str(every)]
+            base += ["--eval-every", str(every), *shlex.split(args.fb_flags)]
             full = [*base, "--epochs", str(fb_epochs)]
             unpruned = [*base, "--epochs", str(args.short_epochs), "--prune", "off"]
             mini = [*launcher(p), str(BIN / "fullgraph"), "minibatch", "--dataset", name]

@@ -16,8 +16,12 @@ Measures in one run, each configuration in its own process (``mpirun`` for ours)
 (f) the share of epoch time in communication, and what the overlap hides (same run with
     ``overlap=False``).
 
-Usage: ``python -m bench.train [--epochs 5] [--scale-check 3] [--out bench/results]``. Writes
-``OUT/train.csv`` (long format, bench/common.py) and ``OUT/train.png``.
+(g) ``--case computers`` (or ``all``): one process against 2 ranks on Amazon Computers with the
+    real ``fullgraph train`` command, GCN / GraphSAGE / GAT (:mod:`bench.train_computers`).
+
+Usage: ``python -m bench.train [--case arxiv|computers|all] [--epochs 5] [--scale-check 3]
+[--out bench/results]``. Writes ``OUT/train.csv`` (long format, bench/common.py) and
+``OUT/train.png``; the computers case ``OUT/train_computers.csv``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from bench import pyg_baseline
+from bench import pyg_baseline, train_computers
 from bench.child import bench_command, child_env, emit_result, run_child
 from bench.common import setup_threads
 from bench.train_report import report
@@ -193,11 +197,17 @@ def main() -> None:
         help="also measure (e) on a graph this many times larger (0: skip; default 3)",
     )
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--case", choices=("arxiv", "computers", "all"), default="arxiv")
+    train_computers.add_arguments(ap)
     a = ap.parse_args()
     if a.worker == "ours":
         return worker_ours(a)
     if a.worker == "pyg":
         return worker_pyg(a)
+    if a.case in ("computers", "all"):
+        train_computers.report(a, train_computers.run_case(a))
+        if a.case == "computers":
+            return None
     parts = _ensure_data(a.root, a.dataset, a.preset, a.out)
     floor_parts = _ensure_data(a.root, FLOOR_DATASET, "tiny", a.out)
     py = bench_command("train")

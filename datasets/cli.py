@@ -48,6 +48,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--root", required=True, type=Path, help="dataset root directory")
     synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     synth.add_argument(
+        "--edge-weight",
+        action="store_true",
+        help="also draw a weight per edge, uniform in [0.5, 2] on a 1/64 grid, the same both ways "
+        "(written to raw/edge_weight.csv.gz)",
+    )
+    synth.add_argument(
+        "--edge-dim",
+        type=int,
+        default=0,
+        metavar="F",
+        help="also draw an F-wide feature row per edge, the same both ways "
+        "(raw/edge_feat.csv.gz; default 0: none)",
+    )
+    synth.add_argument(
         "--force",
         action="store_true",
         help="replace an existing dataset directory if `data synth` wrote it (anything else "
@@ -89,11 +103,13 @@ def _synth(args: argparse.Namespace) -> int:
     from fullgraph.atomic import check_output
     from fullgraph.datasets.ogb_writer import DATASET
     from fullgraph.datasets.paths import dataset_dir
-    from fullgraph.datasets.synthetic import generate, write_ogb
+    from fullgraph.datasets.synthetic import generate, with_edge_values, write_ogb
     from fullgraph.errors import ConfigError
     from fullgraph.resources import StageTimer
 
     setup_logging()
+    if args.edge_dim < 0:
+        raise ConfigError(f"--edge-dim must be at least 0, got {args.edge_dim}")
     target = dataset_dir(args.root, args.name)  # DataError for a name that is a path
     if os.path.lexists(args.root) and not args.root.is_dir():
         raise ConfigError(f"--root {args.root} is a file; give the dataset root directory")
@@ -109,6 +125,10 @@ def _synth(args: argparse.Namespace) -> int:
     timer = StageTimer()
     with timer.stage("generate"):
         graph = generate(args.preset, seed=args.seed)
+        if args.edge_weight or args.edge_dim:
+            graph = with_edge_values(
+                graph, edge_weight=args.edge_weight, edge_dim=args.edge_dim, seed=args.seed
+            )
     print(
         f"generated {args.preset}: {graph.num_nodes:,} nodes, {graph.num_edges // 2:,} "
         f"undirected edges, {graph.num_features} features, {graph.num_classes} classes"
@@ -140,6 +160,10 @@ def _info(args: argparse.Namespace) -> int:
     )
     feats = str(g.num_features) if g.x is not None else "none on disk"
     print(f"features     {feats}")
+    if g.edge_weight is not None or g.edge_attr is not None:
+        parts = ["weights"] if g.edge_weight is not None else []
+        parts += [f"{g.edge_dim} features"] if g.edge_attr is not None else []
+        print(f"edge values  {', '.join(parts)} per edge")
     print(f"classes      {g.num_classes} ({labelled:,} labelled nodes)")
     print(
         f"split        train {int(g.train_mask.sum()):,} / val {int(g.val_mask.sum()):,} / "

@@ -150,3 +150,92 @@ def index_to_mask(index: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
     mask = np.zeros(num_nodes, dtype=np.bool_)
     mask[index] = True
     return mask
+
+
+def _check_edge_values(values: dict[str, np.ndarray], num_edges: int, what: str) -> None:
+    """Raise :class:`DataError` unless every per-edge array has ``num_edges`` finite rows."""
+    for key, v in values.items():
+        if v.shape[0] != num_edges:
+            raise DataError(f"{what}: {key} has {v.shape[0]} rows but there are {num_edges} edges")
+        bad = ~np.isfinite(v.reshape(num_edges, -1)).all(axis=1)
+        if bad.any():
+            raise DataError(
+                f"{what}: {key} holds NaN or infinite values on {int(bad.sum())} edges (first: "
+                f"edge {int(np.argmax(bad))}); edge values must be finite"
+            )
+
+
+def edges_to_csr_with_values(
+    src: np.ndarray,
+    dst: np.ndarray,
+    num_nodes: int,
+    values: dict[str, np.ndarray],
+    *,
+    symmetric: bool = True,
+    remove_self_loops: bool = True,
+    what: str = "graph",
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """:func:`edges_to_csr` carrying per-edge values (edge weights, edge feature rows).
+
+    The rules that keep the values aligned with the edges:
+
+    - a removed self-loop takes its values with it;
+    - symmetrising gives the reverse edge ``v -> u`` the values of ``u -> v``;
+    - duplicates (also an edge given both ways once symmetrised) keep one copy, and must carry
+      equal values: different values for the same edge raise :class:`DataError` (there is no
+      meaningful way to merge them that every layer would agree on).
+
+    Args:
+        src: source ids ``u`` of the edges ``u -> v``, shape [E].
+        dst: destination ids ``v``, shape [E].
+        num_nodes: number of nodes ``N``.
+        values: per-edge arrays by name (``edge_weight`` [E], ``edge_attr`` [E, F]); finite.
+        symmetric: add the reverse of every edge.
+        remove_self_loops: drop edges ``v -> v``.
+        what: a name for error messages.
+
+    Returns:
+        ``(indptr, indices, values)``: the CSR of :func:`edges_to_csr` and every array of
+        ``values`` (float32) in the order of ``indices`` (no values: :func:`edges_to_csr`
+        itself and an empty dict).
+    """
+    if not values:
+        indptr, indices = edges_to_csr(
+            src, dst, num_nodes, symmetric=symmetric, remove_self_loops=remove_self_loops, what=what
+        )
+        return indptr, indices, {}
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    check_edge_ids(src, dst, num_nodes, what)
+    vals = {k: np.asarray(v, dtype=np.float32) for k, v in values.items()}
+    _check_edge_values(vals, src.shape[0], what)
+    if remove_self_loops:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        vals = {k: v[keep] for k, v in vals.items()}
+    if symmetric:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        vals = {k: np.concatenate([v, v]) for k, v in vals.items()}
+    key = dst * num_nodes + src
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.ones(key.shape[0], dtype=np.bool_)
+    first[1:] = key[1:] != key[:-1]
+    group = np.cumsum(first) - 1  # the kept copy of every entry
+    kept = order[first]
+    out = {}
+    for k, v in vals.items():
+        v = v[order]
+        same = (v.reshape(v.shape[0], -1) == v[first][group].reshape(v.shape[0], -1)).all(axis=1)
+        if not same.all():
+            e = int(np.argmax(~same))
+            u, w = int(key[e] % num_nodes), int(key[e] // num_nodes)
+            raise DataError(
+                f"{what}: edge {u} -> {w} is given more than once with different {k} values; "
+                f"give each edge once (or equal values for its copies)"
+            )
+        out[k] = np.ascontiguousarray(vals[k][kept])
+    dst_sorted = dst[kept]
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst_sorted, minlength=num_nodes), out=indptr[1:])
+    return indptr, src[kept].astype(np.int64), out

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from fullgraph.datasets.edges import edges_to_csr
+from fullgraph.datasets.edges import edges_to_csr_with_values
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.npz_arrays import (
     check_finite,
@@ -82,10 +82,13 @@ def read_gnn_benchmark(
             raise DataError(f"{path}: attr_matrix has {x.shape[0]} rows but adj_shape {n} nodes")
         check_finite(x, "attr_matrix", path)
     y = labels(arrays, "labels", path, n)
-    indptr, indices = edges_to_csr(
+    weights = np.asarray(arrays["adj_data"], dtype=np.float32)
+    values = {"edge_weight": weights} if (weights != 1).any() else {}  # binary: no weights
+    indptr, indices, values = edges_to_csr_with_values(
         src,
         dst,
         n,
+        values,
         symmetric=symmetric,
         remove_self_loops=remove_self_loops,
         what=f"{path} (adj_indices)",
@@ -104,5 +107,6 @@ def read_gnn_benchmark(
         test_mask=test,
         num_classes=num_classes,
         meta={"format": "gnn-benchmark", "path": str(path), "split_seed": seed, "missing": []},
+        edge_weight=values.get("edge_weight"),
     )
     return graph.validate()

@@ -66,6 +66,11 @@ class Graph:
         - ``x``: float32 [num_nodes, num_features] (``None`` when the source ships none)
         - ``y``: int64 [num_nodes] (``-1`` marks an unlabelled node)
         - ``train_mask``, ``val_mask``, ``test_mask``: bool [num_nodes]
+        - ``edge_weight``: float32 [num_edges] or ``None``; ``edge_attr``: float32
+          [num_edges, edge_dim] or ``None``: per-edge values in the order of ``indices`` (edge
+          ``e`` is ``indices[e] -> v`` for the row ``v`` holding ``e``); loaders keep them
+          aligned through their edge operations
+          (:func:`~fullgraph.datasets.edges.edges_to_csr_with_values`).
     """
 
     name: str
@@ -79,6 +84,13 @@ class Graph:
     test_mask: np.ndarray
     num_classes: int
     meta: dict = field(default_factory=dict)
+    edge_weight: np.ndarray | None = None
+    edge_attr: np.ndarray | None = None
+
+    @property
+    def edge_dim(self) -> int:
+        """Width of the edge feature rows (0 when there are none)."""
+        return 0 if self.edge_attr is None else int(self.edge_attr.shape[1])
 
     @property
     def num_edges(self) -> int:
@@ -93,6 +105,15 @@ class Graph:
     def in_degree(self) -> np.ndarray:
         """In-degree of every node, int64 [num_nodes]."""
         return np.diff(self.indptr).astype(np.int64)
+
+    def in_weight(self) -> np.ndarray | None:
+        """Weighted in-degree of every node (the sum of its incoming edge weights, added in CSR
+        order), float64 [num_nodes]; ``None`` without edge weights."""
+        if self.edge_weight is None:
+            return None
+        rows = np.repeat(np.arange(self.num_nodes), np.diff(self.indptr))
+        w = np.asarray(self.edge_weight, dtype=np.float64)
+        return np.bincount(rows, weights=w, minlength=self.num_nodes)
 
     def validate(self) -> Graph:
         """Check shapes, dtypes, id ranges and values; raise :class:`DataError` naming the problem.
@@ -128,6 +149,7 @@ class Graph:
                     f"{self.name}: features hold NaN or infinite values in {rows.size} rows "
                     f"(first: node {int(rows[0])})"
                 )
+        self.validate_edge_values()
         if self.y.shape != (n,):
             raise DataError(f"{self.name}: labels have shape {self.y.shape}, expected ({n},)")
         if self.y.size and self.y.min() < -1:
@@ -152,3 +174,20 @@ class Graph:
                 f"split; a node may be in one split only"
             )
         return self
+
+    def validate_edge_values(self) -> None:
+        """Shapes and finiteness of ``edge_weight`` and ``edge_attr``."""
+        m = self.num_edges
+        for key, ndim in (("edge_weight", 1), ("edge_attr", 2)):
+            v = getattr(self, key)
+            if v is None:
+                continue
+            if v.ndim != ndim or v.shape[0] != m:
+                want = f"({m},)" if ndim == 1 else f"({m}, F)"
+                raise DataError(f"{self.name}: {key} has shape {v.shape}, expected {want}")
+            bad = ~np.isfinite(v.reshape(m, -1)).all(axis=1)
+            if bad.any():
+                raise DataError(
+                    f"{self.name}: {key} holds NaN or infinite values on {int(bad.sum())} edges "
+                    f"(first: edge {int(np.argmax(bad))}); edge values must be finite"
+                )

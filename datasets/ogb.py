@@ -1,8 +1,10 @@
 """Reader of the OGB node-property layout (``ogbn-*`` and graphs from ``fullgraph data synth``).
 
 Reads ``<root>/<name with - as _>/raw/{edge,node-feat,node-label,num-node-list,
-num-edge-list}.csv.gz`` and ``split/<scheme>/{train,valid,test}.csv.gz`` with pyarrow's CSV
-reader (streamed from gzip, parsed on several threads, a progress bar on large files). Labels
+num-edge-list}.csv.gz`` (and ``edge_feat.csv.gz`` / ``edge_weight.csv.gz`` when present:
+per-edge feature rows and weights, carried with their edges) and
+``split/<scheme>/{train,valid,test}.csv.gz`` with pyarrow's CSV reader (streamed from gzip,
+parsed on several threads, a progress bar on large files). Labels
 that are NaN (unlabelled nodes of papers100M) become ``-1``. No download ever happens.
 
 Processed arrays are cached as ``.npy`` files in ``<dataset>/processed/<variant>/`` (written
@@ -23,7 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fullgraph.atomic import atomic_dir, atomic_write_json
-from fullgraph.datasets.edges import edges_to_csr, index_to_mask
+from fullgraph.datasets.edges import edges_to_csr_with_values, index_to_mask
 from fullgraph.datasets.graph import Graph, first_overlap
 from fullgraph.datasets.ogb_writer import MARKER_FORMAT
 from fullgraph.datasets.paths import raw_dir
@@ -35,7 +37,21 @@ log = logging.getLogger(__name__)
 #: Split schemes of OGB's node-property datasets, tried in this order when several exist.
 KNOWN_SCHEMES = ("time", "sales_history", "species", "random")
 _CACHE_VERSION = 1
-_ARRAYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
+_ARRAYS = (
+    "indptr",
+    "indices",
+    "x",
+    "y",
+    "train_mask",
+    "val_mask",
+    "test_mask",
+    "edge_weight",
+    "edge_attr",
+)
+
+#: Optional per-edge files of ``raw/``, one row per line of ``edge.csv.gz`` (OGB's
+#: ``edge_feat.csv.gz`` of ogbn-proteins; ``edge_weight.csv.gz`` as ogbl-collab names it).
+EDGE_VALUE_FILES = {"edge_weight": "edge_weight.csv.gz", "edge_attr": "edge_feat.csv.gz"}
 
 
 def _require(path: Path) -> Path:
@@ -301,11 +317,13 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
         raise DataError(f"{edge_path}: {edges.shape[0]} edges but num-edge-list says {m}")
     src, dst = edges[:, 0].copy(), edges[:, 1].copy()
     del edges
+    values = _edge_values(raw, name, m)
     try:
-        indptr, indices = edges_to_csr(
+        indptr, indices, values = edges_to_csr_with_values(
             src,
             dst,
             n,
+            values,
             symmetric=symmetric,
             remove_self_loops=remove_self_loops,
             what=str(edge_path),
@@ -345,7 +363,37 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
             f"{split}: node {v} is in both {files[a]}.csv.gz and {files[b]}.csv.gz; "
             f"a node may be in one split only"
         )
-    return {"indptr": indptr, "indices": indices, "x": x, "y": y, **masks}
+    return {
+        "indptr": indptr,
+        "indices": indices,
+        "x": x,
+        "y": y,
+        **masks,
+        "edge_weight": values.get("edge_weight"),
+        "edge_attr": values.get("edge_attr"),
+    }
+
+
+def _edge_values(raw: Path, name: str, m: int) -> dict[str, np.ndarray]:
+    """The per-edge files of ``raw/`` that exist (:data:`EDGE_VALUE_FILES`), ``m`` rows each."""
+    values = {}
+    for key, fname in EDGE_VALUE_FILES.items():
+        path = raw / fname
+        if not path.is_file():
+            continue
+        weight = key == "edge_weight"  # one number per edge
+        v = read_csv_columns(
+            path,
+            "float32",
+            m,
+            f"{name} {key}",
+            columns=1 if weight else None,
+            allow_empty=weight and m == 0,
+        )
+        if v.shape[0] != m:
+            raise DataError(f"{path}: {v.shape[0]} rows but num-edge-list says {m} edges")
+        values[key] = v.reshape(-1) if weight else v
+    return values
 
 
 def read_ogb(

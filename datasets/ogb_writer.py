@@ -37,7 +37,7 @@ from fullgraph.atomic import (
     is_temporary_name,
     read_marker,
 )
-from fullgraph.datasets.edges import csr_to_edges, is_symmetric, undirected_edges
+from fullgraph.datasets.edges import csr_to_edges, is_symmetric
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.paths import dataset_dir
 
@@ -53,6 +53,8 @@ _RAW_FILES = {
     "node-label.csv.gz",
     "num-node-list.csv.gz",
     "num-edge-list.csv.gz",
+    "edge_weight.csv.gz",
+    "edge_feat.csv.gz",
 }
 _SPLIT_FILES = {"train.csv.gz", "valid.csv.gz", "test.csv.gz"}
 
@@ -166,20 +168,25 @@ def write_ogb(
     """
     graph.validate()
     target = dataset_dir(root, name)
-    symmetric = is_symmetric(graph.indptr, graph.indices)
+    symmetric = is_symmetric(graph.indptr, graph.indices) and _symmetric_values(graph)
     with atomic_dir(target, force=force, ours=DATASET) as tmp:
         raw = tmp / "raw"
         split = tmp / "split" / split_scheme
         raw.mkdir()
         split.mkdir(parents=True)
-        if symmetric:
-            src, dst = undirected_edges(graph.indptr, graph.indices)
-        else:
-            src, dst = csr_to_edges(graph.indptr, graph.indices)
+        src, dst = csr_to_edges(graph.indptr, graph.indices)
+        once = src < dst if symmetric else np.ones(src.shape[0], dtype=np.bool_)
+        src, dst = src[once], dst[once]
         num_lines = int(src.shape[0])
         log.info("%s: writing %d edges", name, num_lines)
         _write_columns(raw / "edge.csv.gz", {"u": src, "v": dst}, f"{name} edges")
         del src, dst
+        if graph.edge_weight is not None:  # one line per line of edge.csv.gz
+            weights = {"w": np.asarray(graph.edge_weight)[once]}
+            _write_columns(raw / "edge_weight.csv.gz", weights, f"{name} edge weights")
+        if graph.edge_attr is not None:
+            rows = np.asarray(graph.edge_attr)[once]
+            _write_matrix(raw / "edge_feat.csv.gz", rows, f"{name} edge features")
         if graph.x is not None:
             log.info("%s: writing %d x %d features", name, *graph.x.shape)
             _write_matrix(raw / "node-feat.csv.gz", graph.x, f"{name} features")
@@ -208,3 +215,21 @@ def write_ogb(
             },
         )
     return target
+
+
+def _symmetric_values(graph: Graph) -> bool:
+    """Whether every edge ``u -> v`` carries the values of ``v -> u`` (trivially without edge
+    values): only then is each undirected edge written once. Needs a symmetric CSR."""
+    values = [v for v in (graph.edge_weight, graph.edge_attr) if v is not None]
+    if not values:
+        return True
+    n = graph.num_nodes
+    src, dst = csr_to_edges(graph.indptr, graph.indices)
+    keys = dst * n + src
+    order = np.argsort(keys, kind="stable")
+    reverse = order[np.searchsorted(keys[order], src * n + dst)]
+    m = src.shape[0]
+    return all(
+        np.array_equal(np.asarray(v).reshape(m, -1), np.asarray(v)[reverse].reshape(m, -1))
+        for v in values
+    )

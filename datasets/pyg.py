@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fullgraph.datasets.edges import csr_to_edges, edges_to_csr
+from fullgraph.datasets.edges import csr_to_edges, edges_to_csr_with_values
 from fullgraph.datasets.graph import Graph
 from fullgraph.errors import DataError
 
@@ -27,14 +27,21 @@ def to_pyg(graph: Graph) -> Data:
 
     Returns:
         ``Data(x, edge_index, y, train_mask, val_mask, test_mask, num_nodes, num_classes)``;
-        ``x`` is ``None`` when the graph has no features.
+        ``x`` is ``None`` when the graph has no features; ``edge_weight`` and ``edge_attr``
+        are added when the graph has them (aligned with ``edge_index``).
     """
     import torch
     from torch_geometric.data import Data
 
     src, dst = csr_to_edges(graph.indptr, graph.indices)
     edge_index = torch.from_numpy(np.stack([src, dst]))
+    edge_values = {
+        k: torch.from_numpy(np.array(v))
+        for k in ("edge_weight", "edge_attr")
+        if (v := getattr(graph, k)) is not None
+    }
     return Data(
+        **edge_values,
         x=None if graph.x is None else torch.from_numpy(np.array(graph.x)),
         edge_index=edge_index,
         y=torch.from_numpy(np.array(graph.y)),
@@ -58,6 +65,10 @@ def from_pyg(
         symmetric: add reverse edges.
         remove_self_loops: drop ``v -> v`` edges. Duplicates are always merged.
 
+    ``edge_weight`` [E] and ``edge_attr`` [E, F] (a 1-D ``edge_attr`` is one column) are carried
+    along with their edges when present (see
+    :func:`~fullgraph.datasets.edges.edges_to_csr_with_values` for the rules).
+
     Returns:
         The validated graph.
 
@@ -68,8 +79,14 @@ def from_pyg(
         raise DataError(f"{name}: the PyG data has no labels (y)")
     n = int(data.num_nodes)
     ei = data.edge_index.detach().cpu().numpy().astype(np.int64)
-    indptr, indices = edges_to_csr(
-        ei[0], ei[1], n, symmetric=symmetric, remove_self_loops=remove_self_loops, what=name
+    values = {}
+    for key in ("edge_weight", "edge_attr"):
+        v = getattr(data, key, None)
+        if v is not None:
+            v = v.detach().cpu().numpy().astype(np.float32)
+            values[key] = v.reshape(v.shape[0], -1) if key == "edge_attr" else v.reshape(-1)
+    indptr, indices, values = edges_to_csr_with_values(
+        ei[0], ei[1], n, values, symmetric=symmetric, remove_self_loops=remove_self_loops, what=name
     )
     y = data.y.detach().cpu().numpy().astype(np.int64).reshape(-1)
     x = None if data.x is None else data.x.detach().cpu().numpy().astype(np.float32)
@@ -92,5 +109,6 @@ def from_pyg(
         num_classes=num_classes,
         meta={"format": "pyg", "missing": [] if x is not None else ["features"]},
         **masks,
+        **values,
     )
     return graph.validate()

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from fullgraph.datasets.edges import edges_to_csr
+from fullgraph.datasets.edges import csr_to_edges, edges_to_csr
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.ogb_writer import write_ogb
 from fullgraph.datasets.synthetic_edges import (
@@ -267,3 +267,33 @@ def generate(preset: str = "tiny", seed: int = 0, **overrides: float) -> Graph:
         meta=meta,
     )
     return graph.validate()
+
+
+def with_edge_values(
+    graph: Graph, *, edge_weight: bool = True, edge_dim: int = 0, seed: int = 0
+) -> Graph:
+    """``graph`` with drawn per-edge weights and / or feature rows (for tests and benches).
+
+    Both directions of an edge get the same values (drawn once per node pair), so a symmetric
+    graph stays symmetric with its values and is written once per undirected edge.
+
+    Args:
+        graph: the graph (not modified).
+        edge_weight: draw ``edge_weight``, uniform in ``[0.5, 2]`` on a 1/64 grid.
+        edge_dim: width of the drawn ``edge_attr`` rows (0: none), normal rounded to 1/64.
+        seed: random seed.
+
+    Returns:
+        A new graph sharing every other array with ``graph``.
+    """
+    src, dst = csr_to_edges(graph.indptr, graph.indices)
+    n = np.int64(graph.num_nodes)
+    pairs, which = np.unique(np.minimum(src, dst) * n + np.maximum(src, dst), return_inverse=True)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xED6E]))
+    weight = np.round(rng.uniform(0.5, 2.0, pairs.size) * 64) / 64 if edge_weight else None
+    attr = np.round(rng.normal(size=(pairs.size, edge_dim)) * 64) / 64 if edge_dim else None
+    return replace(
+        graph,
+        edge_weight=None if weight is None else weight[which].astype(np.float32),
+        edge_attr=None if attr is None else attr[which].astype(np.float32),
+    ).validate()

@@ -13,11 +13,19 @@ import argparse
 import importlib
 import os
 import signal
+import socket
 import sys
 import typing
 from collections.abc import Sequence
 
-from fullgraph.errors import FullgraphError, is_replicated, one_line, out_of_memory
+from fullgraph.errors import (
+    FullgraphError,
+    is_presumed_replicated,
+    is_replicated,
+    one_line,
+    out_of_memory,
+)
+from fullgraph.resources import process_defaults
 from fullgraph.watchdog import Terminated, Watchdog
 
 #: (module, name, summary) of every subcommand, in the order ``--help`` lists them.
@@ -102,14 +110,23 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _launcher_rank() -> int:
-    """This process's rank as the launcher's environment says (0 when it says nothing)."""
+def _replicated_prefix(exc: BaseException) -> str | None:
+    """Whether and how this rank prints an error every rank raised alike: ``""`` on rank 0
+    (and without a launcher); for an error presumed alike (a check before the ranks could
+    compare), ``"rank R on HOST: "`` on the first rank of every other node (node-local state,
+    a partition missing on one node, fails there alone, and rank 0 cannot say it); ``None``
+    otherwise (the line would repeat rank 0's)."""
     from fullgraph.distributed.launch import detect_launch
 
     try:
-        return detect_launch().rank
+        info = detect_launch()
     except FullgraphError:
-        return 0
+        return ""
+    if info.rank == 0:
+        return ""
+    if info.local_rank == 0 and is_presumed_replicated(exc):
+        return f"rank {info.rank} on {socket.gethostname()}: "
+    return None
 
 
 def _terminated(label: str) -> int:
@@ -129,19 +146,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     chosen = _chosen(argv)
     label = f"fullgraph {chosen}" if chosen in {n for _, n, _ in SUBCOMMANDS} else "fullgraph"
-    watchdog = Watchdog(label).install()
+    watchdog = Watchdog(label)
     try:
+        watchdog.install()  # inside: SIGTERM may land while its thread starts
         # Before torch loads (building the parser imports it): torch's C++ warnings (c10d's
         # reverse look-ups of peers, each retry of a store connection) would bury the one line
         # that names a failure; TORCH_CPP_LOG_LEVEL=INFO shows them.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        # Also before torch loads: GNU OpenMP reads OMP_WAIT_POLICY once, when the library is
+        # loaded (set later, a one-process run's 2 threads spun against a loaded machine).
+        process_defaults()
         parser = build_parser(argv)
         args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except (FullgraphError, FileExistsError, FileNotFoundError, PermissionError) as exc:
         code = exc.exit_code if isinstance(exc, FullgraphError) else 2
-        if not (is_replicated(exc) and _launcher_rank() != 0):
-            print(f"{label}: error: {one_line(exc)}", file=sys.stderr)
+        prefix = _replicated_prefix(exc) if is_replicated(exc) else ""
+        if prefix is not None:
+            print(f"{label}: error: {prefix}{one_line(exc)}", file=sys.stderr)
         return code
     except (MemoryError, RuntimeError) as exc:
         oom = out_of_memory(exc)

@@ -121,14 +121,25 @@ def out_of_memory(exc: BaseException) -> OutOfMemory | None:
     )
 
 
-def mark_replicated(exc: BaseException) -> BaseException:
+def mark_replicated(exc: BaseException, *, presumed: bool = False) -> BaseException:
     """Mark ``exc`` as raised the same way by every rank, so that only rank 0 prints it.
+
+    Args:
+        exc: the error.
+        presumed: the ranks did not compare outcomes (a check before the communicator
+            exists): every rank checked the same input, but node-local state (a file missing on
+            one node) may differ, so the first rank of every other node prints it too.
 
     Returns:
         ``exc`` itself.
     """
-    exc.replicated = True  # type: ignore[attr-defined]
+    exc.replicated = "presumed" if presumed else True  # type: ignore[attr-defined]
     return exc
+
+
+def is_presumed_replicated(exc: BaseException) -> bool:
+    """Whether ``exc`` was marked by :func:`mark_replicated` with ``presumed=True``."""
+    return getattr(exc, "replicated", False) == "presumed"
 
 
 def is_replicated(exc: BaseException) -> bool:

@@ -99,8 +99,9 @@ def process_defaults() -> None:
     """The environment defaults of every training process (the user's own settings win).
 
     - ``OMP_WAIT_POLICY=PASSIVE``: torch's and numba's OpenMP pools would otherwise busy-wait
-      against each other (and against other ranks on the node) between parallel regions; read
-      when a pool starts, so call this before either library runs parallel work.
+      against each other (and against other ranks and other jobs on the node) between parallel
+      regions. GNU OpenMP reads it once, when the library is loaded: call this before torch or
+      numba is imported (``fullgraph.cli.main`` does; later it has no effect on the wait policy).
     - ``THP_MEM_ALLOC_ENABLE=1``: torch's large CPU allocations 2 MB-aligned and backed by
       huge pages, so a fresh activation-sized tensor costs one page fault per 2 MB, not per
       4 kB (~25% off an arxiv-sized epoch here).

@@ -147,7 +147,7 @@ class Watchdog:
         if self._pipe is not None:
             with contextlib.suppress(OSError):
                 os.write(self._pipe[1], b"\0")  # wakes the thread's select
-        if self._thread is not None:
+        if self._thread is not None and self._thread.is_alive():  # SIGTERM may beat its start
             self._thread.join(2 * POLL_S + 1.0)
         if self._pipe is not None:
             for fd in self._pipe:

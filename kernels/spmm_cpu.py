@@ -100,15 +100,48 @@ def _spmm_rows(
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _spmm_rows_bf16(indptr, indices, values, has_values, x16, out, bounds):  # pragma: no cover
-    """Like ``_spmm_rows`` with ``x16`` holding bfloat16 bit patterns (uint16)."""
+def _spmm_rows_bf16(
+    indptr, indices, values, has_values, x16, out, bounds, accumulate=False, rowmap=None
+):  # pragma: no cover - JIT
+    """Like ``_spmm_rows`` with ``x16`` holding bfloat16 bit patterns (uint16), ``out``
+    float32."""
     nf = x16.shape[1]
     last = indices.shape[0] - PREFETCH_DISTANCE
     for c in numba.prange(bounds.shape[0] - 1):
         wide = np.empty(nf, np.uint32)
         xf = wide.view(np.float32)
         for r in range(bounds[c], bounds[c + 1]):
-            acc = out[r]
+            acc = out[r] if rowmap is None else out[rowmap[r]]
+            if not accumulate:
+                for f in range(nf):
+                    acc[f] = 0.0
+            for e in range(indptr[r], indptr[r + 1]):
+                if e < last:
+                    _prefetch_row(x16, indices[e + PREFETCH_DISTANCE])
+                xr = x16[indices[e]]
+                for f in range(nf):
+                    wide[f] = np.uint32(xr[f]) << np.uint32(16)
+                w = values[e] if has_values else np.float32(1.0)
+                for f in range(nf):
+                    acc[f] += w * xf[f]
+
+
+# fastmath (2.2x measured): reassociating float64 sums that are exact changes nothing, and the
+# float32 products stay float32 (no contraction across the widening)
+@numba.njit(parallel=True, cache=True, nogil=True, fastmath=True)
+def _spmm_rows_bf16_exact(
+    indptr, indices, values, has_values, x16, out, bounds, slot, partial
+):  # pragma: no cover - JIT
+    """Like ``_spmm_rows_bf16``, each row summed in float64 in a scratch row and rounded once
+    into ``out`` (float32); a row with ``slot[r] >= 0`` goes to ``partial[slot[r]]`` in float64
+    instead (its sum is not done: terms of other columns follow)."""
+    nf = x16.shape[1]
+    last = indices.shape[0] - PREFETCH_DISTANCE
+    for c in numba.prange(bounds.shape[0] - 1):
+        wide = np.empty(nf, np.uint32)
+        xf = wide.view(np.float32)
+        acc = np.empty(nf, np.float64)
+        for r in range(bounds[c], bounds[c + 1]):
             for f in range(nf):
                 acc[f] = 0.0
             for e in range(indptr[r], indptr[r + 1]):
@@ -120,6 +153,54 @@ def _spmm_rows_bf16(indptr, indices, values, has_values, x16, out, bounds):  # p
                 w = values[e] if has_values else np.float32(1.0)
                 for f in range(nf):
                     acc[f] += w * xf[f]
+            s = slot[r]
+            if s < 0:
+                o = out[r]
+                for f in range(nf):
+                    o[f] = acc[f]
+            else:
+                p = partial[s]
+                for f in range(nf):
+                    p[f] = acc[f]
+
+
+def spmm_numba_exact(
+    A: CSRMatrix, X: torch.Tensor, slot: torch.Tensor, partial: torch.Tensor
+) -> torch.Tensor:
+    """``A @ X`` of bfloat16 ``X``, every row summed in float64 and rounded once to float32
+    (sums of bf16 x float32 products are exact in float64 unless their magnitudes span more
+    than ~2^29, so the order of a row's entries does not matter).
+
+    Args:
+        A: CSRMatrix on the CPU.
+        X: bfloat16 [A.num_cols, F].
+        slot: int64 [A.num_rows]: ``-1``, or the row of ``partial`` that takes row ``r``'s
+            float64 sum (its other terms are added there later).
+        partial: float64 [rows, F], C-contiguous (written at the rows ``slot`` names).
+
+    Returns:
+        float32 [A.num_rows, F]; the rows sent to ``partial`` are left unset.
+    """
+    threads = thread_count()
+    numba.set_num_threads(threads)
+    nf = X.shape[1]
+    out = torch.empty((A.num_rows, nf), dtype=torch.float32)
+    if A.num_rows == 0 or nf == 0:
+        return out
+    indptr = A.indptr.numpy()
+    has_values = A.values is not None
+    values = A.values.numpy() if has_values else np.empty(0, np.float32)
+    bounds = balanced_row_ranges(indptr, threads * RANGES_PER_THREAD if threads > 1 else 1)
+    x16 = X.contiguous().view(torch.int16).numpy().view(np.uint16)
+    previous_chunk = numba.set_parallel_chunksize(1)
+    try:
+        _spmm_rows_bf16_exact(
+            indptr, A.indices.numpy(), values, has_values, x16, out.numpy(), bounds,
+            slot.numpy(), partial.numpy(),
+        )  # fmt: skip
+    finally:
+        numba.set_parallel_chunksize(previous_chunk)
+    return out
 
 
 def thread_count() -> int:
@@ -147,7 +228,12 @@ def balanced_row_ranges(indptr: np.ndarray, parts: int) -> np.ndarray:
     return np.maximum.accumulate(bounds)
 
 
-def spmm_numba(A: CSRMatrix, X: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def spmm_numba(
+    A: CSRMatrix,
+    X: torch.Tensor,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """``A @ X`` with the numba kernel (no autograd).
 
     Args:
@@ -155,19 +241,25 @@ def spmm_numba(A: CSRMatrix, X: torch.Tensor, out: torch.Tensor | None = None) -
         X: float32, float64 or bfloat16 [A.num_cols, F] on the CPU (any strides).
         out: optional preallocated contiguous output [A.num_rows, F] (float32 for bf16 ``X``,
             else ``X.dtype``).
+        out_dtype: ``torch.float32`` keeps a bf16 ``X``'s float32 sums (no rounding to bf16);
+            ``torch.float64`` accumulates in float64 (sums of bf16 x float32 products are then
+            exact, so they do not depend on the order of the entries).
 
     Returns:
-        ``A @ X``, [A.num_rows, F], dtype of ``X``.
+        ``A @ X``, [A.num_rows, F], dtype ``out_dtype`` or that of ``X``.
     """
     threads = thread_count()
     numba.set_num_threads(threads)
     nf = X.shape[1]
     bf16 = X.dtype == torch.bfloat16
     acc_dtype = torch.float32 if X.dtype in (torch.bfloat16, torch.float16) else X.dtype
+    if out_dtype == torch.float64:  # exact sums of bf16 rows: the same in any order
+        acc_dtype = torch.float64
     if out is None:
         out = torch.empty((A.num_rows, nf), dtype=acc_dtype)
+    final = out_dtype or X.dtype
     if A.num_rows == 0 or nf == 0:
-        return out.to(X.dtype)
+        return out.to(final)
     indptr = A.indptr.numpy()
     indices = A.indices.numpy()
     has_values = A.values is not None
@@ -179,13 +271,13 @@ def spmm_numba(A: CSRMatrix, X: torch.Tensor, out: torch.Tensor | None = None) -
         if bf16:
             x16 = Xc.view(torch.int16).numpy().view(np.uint16)
             _spmm_rows_bf16(indptr, indices, values, has_values, x16, out.numpy(), bounds)
-            return out.to(torch.bfloat16)
+            return out.to(final)
         if X.dtype == torch.float16:
             Xc = Xc.to(torch.float32)
         _spmm_rows(indptr, indices, values, has_values, Xc.numpy(), out.numpy(), bounds)
     finally:
         numba.set_parallel_chunksize(previous_chunk)
-    return out if out.dtype == X.dtype else out.to(X.dtype)
+    return out if out.dtype == final else out.to(final)
 
 
 def spmm_add_numba(
@@ -198,7 +290,8 @@ def spmm_add_numba(
         out: float32 or float64, C-contiguous, on the CPU (modified): [A.num_rows, F], or any
             number of rows with ``rows``.
         A: CSRMatrix on the CPU.
-        X: [A.num_cols, F] of ``out``'s dtype on the CPU (any strides).
+        X: [A.num_cols, F] of ``out``'s dtype, or bfloat16 into a float32 ``out``, on the
+            CPU (any strides).
         rows: row of ``out`` of every row of ``A`` (int64, distinct), or ``None``.
 
     Returns:
@@ -214,11 +307,15 @@ def spmm_add_numba(
     bounds = balanced_row_ranges(indptr, threads * RANGES_PER_THREAD if threads > 1 else 1)
     previous_chunk = numba.set_parallel_chunksize(1)
     try:
-        xc = X.contiguous().numpy()
         rowmap = None if rows is None else rows.numpy()
-        _spmm_rows(
-            indptr, A.indices.numpy(), values, has_values, xc, out.numpy(), bounds, True, rowmap
-        )
+        if X.dtype == torch.bfloat16:
+            x16 = X.contiguous().view(torch.int16).numpy().view(np.uint16)
+            args = (indptr, A.indices.numpy(), values, has_values, x16, out.numpy(), bounds)
+            _spmm_rows_bf16(*args, True, rowmap)
+        else:
+            xc = X.contiguous().numpy()
+            args = (indptr, A.indices.numpy(), values, has_values, xc, out.numpy(), bounds)
+            _spmm_rows(*args, True, rowmap)
     finally:
         numba.set_parallel_chunksize(previous_chunk)
     return out
@@ -258,8 +355,19 @@ def cpu_impl(impl: str | None = None) -> str:
     return name
 
 
-def spmm_cpu(A: CSRMatrix, X: torch.Tensor, impl: str | None = None) -> torch.Tensor:
-    """``A @ X`` on the CPU with implementation ``impl`` (see :func:`cpu_impl`), no autograd."""
+def spmm_cpu(
+    A: CSRMatrix, X: torch.Tensor, impl: str | None = None, out_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """``A @ X`` on the CPU with implementation ``impl`` (see :func:`cpu_impl`), no autograd.
+
+    A bf16 ``X`` with ``out_dtype=torch.float32`` (bf16-mixed training) always runs the numba
+    kernel: FBGEMM's gather-reduce returns bf16 rows, one rounding of a partial sum that the
+    other ranks' halo terms would then be added to (P ranks would no longer equal one process).
+    """
+    wide = out_dtype is not None and out_dtype != X.dtype
+    if wide and X.dtype == torch.bfloat16:
+        return spmm_numba(A, X, out_dtype=out_dtype)
     if cpu_impl(impl) == "numba":
-        return spmm_numba(A, X)
-    return spmm_embedding_bag(A, X)
+        return spmm_numba(A, X, out_dtype=out_dtype)
+    out = spmm_embedding_bag(A, X)
+    return out if out_dtype is None else out.to(out_dtype)

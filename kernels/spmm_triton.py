@@ -35,6 +35,7 @@ def _spmm_csr_kernel(
     HAS_VALUES: tl.constexpr,
     BLOCK_E: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     row = tl.program_id(0)
     fblock = tl.program_id(1)
@@ -42,7 +43,7 @@ def _spmm_csr_kernel(
     mask_f = offs_f < num_features
     start = tl.load(indptr_ptr + row)
     end = tl.load(indptr_ptr + row + 1)
-    acc = tl.zeros([BLOCK_F], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_F], dtype=ACC)
     for e0 in range(start, end, BLOCK_E):
         offs_e = e0 + tl.arange(0, BLOCK_E)
         mask_e = offs_e < end
@@ -52,6 +53,7 @@ def _spmm_csr_kernel(
         if HAS_VALUES:
             w = tl.load(values_ptr + offs_e, mask=mask_e, other=0.0)
             tile = tile * w[:, None]
+        tile = tile.to(ACC)
         acc += tl.sum(tile, axis=0)
     out_ptrs = out_ptr + row.to(tl.int64) * stride_or + offs_f
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_f)
@@ -90,19 +92,24 @@ def kernel_for(jitted, device: torch.device):
     )
 
 
-def spmm_triton(A: CSRMatrix, X: torch.Tensor) -> torch.Tensor:
+def spmm_triton(
+    A: CSRMatrix, X: torch.Tensor, out_dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """``A @ X`` with the Triton kernel (no autograd).
 
     Args:
         A: CSRMatrix on the device of ``X``.
         X: float32, bfloat16 or float16 [A.num_cols, F] (float64 is computed in float32), any
             strides.
+        out_dtype: the output's dtype (``torch.float32`` keeps the float32 sums of a 16-bit
+            ``X``; ``torch.float64`` also accumulates in float64); default that of ``X``.
 
     Returns:
-        ``A @ X``, [A.num_rows, F], dtype of ``X``; accumulation in float32.
+        ``A @ X``, [A.num_rows, F], dtype ``out_dtype`` or that of ``X``; accumulation in
+        float32.
     """
     nf = X.shape[1]
-    out = torch.empty((A.num_rows, nf), dtype=X.dtype, device=X.device)
+    out = torch.empty((A.num_rows, nf), dtype=out_dtype or X.dtype, device=X.device)
     if A.num_rows == 0 or nf == 0:
         return out
     if A.nnz == 0:
@@ -124,6 +131,7 @@ def spmm_triton(A: CSRMatrix, X: torch.Tensor) -> torch.Tensor:
         HAS_VALUES=A.values is not None,
         BLOCK_E=block_e,
         BLOCK_F=block_f,
+        ACC=tl.float64 if out.dtype == torch.float64 else tl.float32,
         num_warps=num_warps,
     )
     return out

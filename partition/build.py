@@ -30,6 +30,7 @@ from fullgraph.datasets.graph import SPLITS, Graph, first_overlap, split_name
 from fullgraph.errors import DataError, PartitionError
 from fullgraph.partition.assign import assign_parts, check_num_parts
 from fullgraph.partition.format import (
+    EDGE_ARRAYS,
     FORMAT_VERSION,
     META_NAME,
     PART_ARRAYS,
@@ -67,7 +68,7 @@ def _not_a_partition(path: Path) -> str | None:
         if _PART_DIR.fullmatch(entry.name) and is_plain_dir(entry):
             for f in entry.iterdir():
                 listed = f"{entry.name}/{f.name}" in files or (
-                    f.suffix == ".npy" and f.stem in PART_ARRAYS
+                    f.suffix == ".npy" and (f.stem in PART_ARRAYS or f.stem in EDGE_ARRAYS)
                 )
                 if not (listed and is_plain_file(f)):
                     unexpected.append(f)
@@ -131,7 +132,7 @@ def save_array(
     The file holds the bytes ``np.save`` would write; its SHA-256 is computed while writing.
     A :class:`ChunkedArray` is written block by block.
     """
-    expected = PART_ARRAYS[name]
+    expected = PART_ARRAYS.get(name) or EDGE_ARRAYS[name]
     if array.dtype != expected:
         raise PartitionError(f"internal: {name} has dtype {array.dtype}, expected {expected}")
     key = file_key(rank, name)
@@ -219,6 +220,7 @@ class _PartBuilder:
 
     def __init__(self, graph: Graph, owner: np.ndarray, local_inner: np.ndarray) -> None:
         self.graph = graph
+        self.in_weight = graph.in_weight()  # GLOBAL weighted in-degrees, float64 (or None)
         self.owner = owner
         self.local_inner = local_inner
         self.indptr = np.asarray(graph.indptr).astype(np.int64, copy=False)
@@ -262,7 +264,34 @@ class _PartBuilder:
             "test_mask": np.asarray(graph.test_mask[inner], dtype=np.bool_),
             "recv_offsets": recv_offsets,
         }
+        nnz = int(part_indptr[-1])
+        if graph.edge_weight is not None:
+            arrays["edge_weight"] = ChunkedArray(
+                (nnz,), np.dtype(np.float32), self._edge_rows(graph.edge_weight, inner, part_indptr)
+            )
+            arrays["in_weight"] = self.in_weight[global_ids]
+        if graph.edge_attr is not None:
+            arrays["edge_attr"] = ChunkedArray(
+                (nnz, graph.edge_dim),
+                np.dtype(np.float32),
+                self._edge_rows(graph.edge_attr, inner, part_indptr),
+            )
         return arrays, halo_owner, cut
+
+    def _edge_rows(
+        self, values: np.ndarray, inner: np.ndarray, part_indptr: np.ndarray
+    ) -> Callable[[], Iterator[np.ndarray]]:
+        """Blocks of a per-edge array (``edge_weight``, ``edge_attr``) in the order of the
+        part's ``indices``: the incoming edges of every inner node, in the graph's CSR order."""
+
+        def chunks() -> Iterator[np.ndarray]:
+            for lo, hi in _edge_blocks(part_indptr):
+                counts = np.diff(part_indptr[lo : hi + 1])
+                starts = np.repeat(self.indptr[inner[lo:hi]] - part_indptr[lo:hi], counts)
+                at = starts + np.arange(part_indptr[lo], part_indptr[hi], dtype=np.int64)
+                yield np.asarray(values[at], dtype=np.float32)
+
+        return chunks
 
     def _sources(
         self, inner: np.ndarray, halo: np.ndarray, part_indptr: np.ndarray
@@ -354,6 +383,7 @@ def write_partitions(
     timer = timer if timer is not None else StageTimer()
     out = Path(out)
     check_partition_out(out, force)
+    graph.validate_edge_values()  # NaN / inf edge weights or features are refused here
 
     order = np.argsort(owner, kind="stable")  # inner nodes of each rank, ascending global id
     offsets = np.zeros(num_parts + 1, dtype=np.int64)
@@ -412,6 +442,10 @@ def write_partitions(
             "report": build_report(parts, graph.num_edges, edge_cut, timer, notes or []),
             "files": dict(sorted(files.items())),
         }
+        if graph.edge_weight is not None:
+            meta["edge_weight"] = True
+        if graph.edge_attr is not None:
+            meta["edge_dim"] = graph.edge_dim
         if "split" in graph.meta:  # which of the dataset's fixed splits the masks are
             meta["split"] = int(graph.meta["split"])
         atomic_write_json(tmp / META_NAME, meta)

@@ -39,6 +39,24 @@ recv_offsets   int64  [P + 1]                  halo rows from owner q are local 
                                                ``num_inner + recv_offsets[q]`` up to
                                                ``num_inner + recv_offsets[q+1] - 1``
 ============== ====== ======================== ==================================================
+
+Edge values (:data:`EDGE_ARRAYS`), only when the graph has them: ``meta.json`` then records
+``edge_weight: true`` and / or ``edge_dim: F_e > 0`` (a partition without these keys has none,
+and loads as before). Every edge is stored once, by the part that owns its TARGET, in the order
+of that part's ``indices``: entry ``e`` of ``edge_weight`` / row ``e`` of ``edge_attr`` belongs
+to the edge ``indices[e] -> row of e``, so a layer reads them aligned with its CSR and no halo
+exchange is needed for them.
+
+============== ======= ======================= =================================================
+name           dtype   shape                   meaning
+============== ======= ======================= =================================================
+edge_weight    float32 [nnz]                   weight of every stored (incoming) edge
+in_weight      float64 [num_inner + num_halo]  GLOBAL weighted in-degree (sum of the weights of
+                                               the node's incoming edges in the whole graph) of
+                                               every local node: weighted GCN's source degrees
+                                               without a set-up exchange
+edge_attr      float32 [nnz, F_e]              feature row of every stored (incoming) edge
+============== ======= ======================= =================================================
 """
 
 from __future__ import annotations
@@ -90,6 +108,20 @@ PART_ARRAYS: dict[str, np.dtype] = {
     "send_offsets": np.dtype(np.int64),
     "recv_offsets": np.dtype(np.int64),
 }
+
+
+#: The optional per-edge arrays of a part (see above) and their dtypes.
+EDGE_ARRAYS: dict[str, np.dtype] = {
+    "edge_weight": np.dtype(np.float32),
+    "in_weight": np.dtype(np.float64),
+    "edge_attr": np.dtype(np.float32),
+}
+
+
+def edge_arrays(meta: dict) -> tuple[str, ...]:
+    """The optional per-edge arrays a partition with this ``meta.json`` stores."""
+    names = ("edge_weight", "in_weight") if meta.get("edge_weight", False) else ()
+    return names + (("edge_attr",) if meta.get("edge_dim", 0) else ())
 
 
 def part_dir_name(rank: int) -> str:
@@ -162,6 +194,9 @@ def _check_meta(meta: dict, meta_path: Path) -> None:
     n = _integer(meta_path, "num_nodes", meta["num_nodes"], 1)
     m = _integer(meta_path, "num_edges", meta["num_edges"])
     _integer(meta_path, "num_features", meta["num_features"])
+    _integer(meta_path, "edge_dim", meta.get("edge_dim", 0))
+    if not isinstance(meta.get("edge_weight", False), bool):
+        raise PartitionError(f"{meta_path}: edge_weight must be true or false")
     _integer(meta_path, "num_classes", meta["num_classes"])
     P = _integer(meta_path, "num_parts", meta["num_parts"], 1)
     _integer(meta_path, "seed", meta["seed"], None)

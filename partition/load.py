@@ -11,11 +11,13 @@ import numpy as np
 from fullgraph.datasets.graph import SPLITS, first_overlap, split_name
 from fullgraph.errors import PartitionError
 from fullgraph.partition.format import (
+    EDGE_ARRAYS,
     META_NAME,
     PART_ARRAYS,
     REWRITE,
     PartitionDir,
     check_file,
+    edge_arrays,
     file_key,
 )
 
@@ -34,6 +36,9 @@ class Partition:
         - ``x``: float32 [num_inner, num_features]; ``y``: int64 [num_inner]
         - ``train_mask``, ``val_mask``, ``test_mask``: bool [num_inner]
         - ``send_index``: int64 [total rows sent]; ``send_offsets``, ``recv_offsets``: int64 [P+1]
+        - ``edge_weight``: float32 [nnz] or ``None``; ``in_weight``: float64
+          [num_inner + num_halo] (GLOBAL weighted in-degrees) or ``None``; ``edge_attr``:
+          float32 [nnz, edge_dim] or ``None``: per-edge values aligned with ``indices``
     """
 
     rank: int
@@ -57,6 +62,14 @@ class Partition:
     num_train_global: int
     partition_hash: str
     meta: dict = field(repr=False)
+    edge_weight: np.ndarray | None = None
+    in_weight: np.ndarray | None = None
+    edge_attr: np.ndarray | None = None
+
+    @property
+    def edge_dim(self) -> int:
+        """Width of the stored edge feature rows (0 when there are none)."""
+        return 0 if self.edge_attr is None else int(self.edge_attr.shape[1])
 
     def __repr__(self) -> str:
         return (
@@ -213,6 +226,17 @@ def check_part_counts(root: Path, meta: dict, rank: int, arrays: dict[str, np.nd
         )
     if "num_send" in part and part["num_send"] != num_send:
         raise field(f"{where}.num_send", part["num_send"], f"{file('send_index')} has {num_send}")
+    nnz = int(indices.shape[0])
+    for name, want in (
+        ("edge_weight", (nnz,)),
+        ("in_weight", (ni + nh,)),
+        ("edge_attr", (nnz, meta.get("edge_dim", 0))),
+    ):
+        if name in arrays and arrays[name].shape != want:
+            raise PartitionError(
+                f"{root / file(name)} has shape {list(arrays[name].shape)}, expected "
+                f"{list(want)} (aligned with {file('indices')}); {REWRITE}"
+            )
 
 
 def load_partition(
@@ -249,7 +273,8 @@ def load_partition(
     if not 0 <= rank < num_parts:
         raise PartitionError(f"rank {rank} out of range: {root} has {num_parts} parts")
     arrays: dict[str, np.ndarray] = {}
-    for name, dtype in PART_ARRAYS.items():
+    wanted = {**PART_ARRAYS, **{k: EDGE_ARRAYS[k] for k in edge_arrays(meta)}}
+    for name, dtype in wanted.items():
         key = file_key(rank, name)
         entry = meta["files"].get(key)
         if entry is None:

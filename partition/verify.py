@@ -10,6 +10,7 @@ from tqdm import tqdm
 from fullgraph.datasets.graph import Graph
 from fullgraph.errors import PartitionError
 from fullgraph.partition.format import (
+    EDGE_ARRAYS,
     META_NAME,
     PART_ARRAYS,
     REWRITE,
@@ -20,7 +21,17 @@ from fullgraph.partition.load import Partition, load_partition
 from fullgraph.resources import drop_resident_pages
 
 #: The graph arrays :func:`verify_partitions` reads (their mapped pages are dropped per part).
-GRAPH_ARRAYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
+GRAPH_ARRAYS = (
+    "indptr",
+    "indices",
+    "x",
+    "y",
+    "train_mask",
+    "val_mask",
+    "test_mask",
+    "edge_weight",
+    "edge_attr",
+)
 
 
 def _fail(part: Partition, msg: str) -> PartitionError:
@@ -54,10 +65,40 @@ def _check_structure(p: Partition, num_nodes: int) -> None:
     if not np.array_equal(p.in_degree[:ni], np.diff(p.indptr)):
         v = int(p.global_ids[np.flatnonzero(p.in_degree[:ni] != np.diff(p.indptr))[0]])
         raise _fail(p, f"node {v} stores a different number of incoming edges than its in-degree")
+    _check_edge_values(p)
     halo_used = np.bincount(p.indices[p.indices >= ni] - ni, minlength=p.num_halo)
     if np.any(halo_used == 0):
         v = int(p.global_ids[ni + np.flatnonzero(halo_used == 0)[0]])
         raise _fail(p, f"halo node {v} is the source of no stored edge")
+
+
+def _check_edge_values(p: Partition) -> None:
+    """Per-edge arrays: present as ``meta.json`` says, one entry per stored edge, finite, and
+    the inner nodes' ``in_weight`` the sum of their stored edge weights."""
+    ni = p.num_inner
+    for name, want in (
+        ("edge_weight", p.meta.get("edge_weight", False)),
+        ("in_weight", p.meta.get("edge_weight", False)),
+        ("edge_attr", p.meta.get("edge_dim", 0) > 0),
+    ):
+        if (getattr(p, name) is not None) != bool(want):
+            raise _fail(p, f"{name} is {'missing' if want else 'stored'} but meta.json says not")
+    if p.edge_weight is not None:
+        if p.edge_weight.shape != (p.num_edges,):
+            raise _fail(p, f"edge_weight has {p.edge_weight.shape[0]} entries, not one per edge")
+        if not np.isfinite(p.edge_weight).all():
+            raise _fail(p, "edge_weight holds NaN or infinite values")
+        rows = np.repeat(np.arange(ni), np.diff(p.indptr))
+        sums = np.bincount(rows, weights=p.edge_weight.astype(np.float64), minlength=ni)
+        bad = np.flatnonzero(~np.isclose(sums, p.in_weight[:ni], rtol=1e-12, atol=0))
+        if bad.size:
+            v = int(p.global_ids[bad[0]])
+            raise _fail(p, f"in_weight of node {v} is not the sum of its stored edge weights")
+    if p.edge_attr is not None:
+        if p.edge_attr.shape != (p.num_edges, p.meta["edge_dim"]):
+            raise _fail(p, f"edge_attr has shape {p.edge_attr.shape}, not [edges, edge_dim]")
+        if not np.isfinite(p.edge_attr).all():
+            raise _fail(p, "edge_attr holds NaN or infinite values")
 
 
 #: Stored edges compared per block of rows (bounds the temporaries of a products-size part).
@@ -79,6 +120,9 @@ def _check_against_graph(p: Partition, graph: Graph) -> None:
     inner = np.asarray(p.global_ids[:ni])
     if not np.array_equal(p.in_degree, graph.in_degree()[p.global_ids]):
         raise _fail(p, "in_degree differs from the source graph's in-degrees")
+    in_weight = graph.in_weight()
+    if in_weight is not None and not np.array_equal(p.in_weight, in_weight[p.global_ids]):
+        raise _fail(p, "in_weight differs from the source graph's weighted in-degrees")
     indptr = np.asarray(p.indptr)
     x = np.zeros((n, 0), np.float32) if graph.x is None else graph.x
     sources = (
@@ -95,11 +139,27 @@ def _check_against_graph(p: Partition, graph: Graph) -> None:
         at = starts + np.arange(indptr[lo], indptr[hi], dtype=np.int64)
         expected = rows * n + graph.indices[at]
         stored = rows * n + p.global_ids[p.indices[indptr[lo] : indptr[hi]]]
-        expected.sort()
-        stored.sort()
+        want_order = np.argsort(expected, kind="stable")
+        got_order = np.argsort(stored, kind="stable")
+        expected, stored = expected[want_order], stored[got_order]
         if not np.array_equal(expected, stored):
             row = int(expected[np.flatnonzero(expected != stored)[0]] // n)
             raise _fail(p, f"incoming edges of node {int(inner[row])} differ from the source graph")
+        for name in ("edge_weight", "edge_attr"):
+            values = getattr(graph, name)
+            if values is None:
+                continue
+            got = getattr(p, name)[indptr[lo] : indptr[hi]][got_order]
+            want = np.asarray(values[at])[want_order]
+            if not np.array_equal(got, want):
+                e = np.flatnonzero(np.any((got != want).reshape(got.shape[0], -1), axis=1))[0]
+                row = int(expected[e] // n)
+                raise _fail(
+                    p,
+                    f"{name} of an incoming edge of node {int(inner[row])} (from node "
+                    f"{int(expected[e] % n)}) differs from the source graph (values changed or "
+                    f"not aligned with indices)",
+                )
         for name, src in sources:
             got, want = getattr(p, name)[lo:hi], src[inner[lo:hi]]
             if not np.array_equal(got, want):
@@ -112,7 +172,8 @@ def _check_against_graph(p: Partition, graph: Graph) -> None:
 def _release(obj: Partition | Graph) -> None:
     """Drop the resident pages of ``obj``'s memory-mapped arrays (they stay in the page cache;
     in-memory arrays are left alone), so verifying P parts holds about one part at a time."""
-    for name in PART_ARRAYS if isinstance(obj, Partition) else GRAPH_ARRAYS:
+    names = (*PART_ARRAYS, *EDGE_ARRAYS) if isinstance(obj, Partition) else GRAPH_ARRAYS
+    for name in names:
         drop_resident_pages(getattr(obj, name, None))
 
 
@@ -149,10 +210,13 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
             ("num_edges", graph.num_edges),
             ("num_features", graph.num_features),
             ("num_classes", graph.num_classes),
+            ("edge_weight", graph.edge_weight is not None),
+            ("edge_dim", graph.edge_dim),
         ):
-            if meta[key] != value:
+            recorded = meta.get(key, {"edge_weight": False, "edge_dim": 0}.get(key))
+            if recorded != value:
                 raise PartitionError(
-                    f"{meta_path}: {key} is {meta[key]} but the graph {graph.name} has {value}"
+                    f"{meta_path}: {key} is {recorded} but the graph {graph.name} has {value}"
                 )
     parts = [load_partition(root, r) for r in tqdm(range(P), desc="verify", disable=None)]
     owner = np.full(n, -1, dtype=np.int64)
@@ -176,8 +240,11 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
     if sum(int(p.train_mask.sum()) for p in parts) != meta["num_train_global"]:
         raise PartitionError("training nodes of the parts do not add up to num_train_global")
     global_degree = np.zeros(n, dtype=np.int64)
+    global_weight = np.zeros(n, dtype=np.float64)
     for p in parts:
         global_degree[p.global_ids[: p.num_inner]] = p.in_degree[: p.num_inner]
+        if p.in_weight is not None:
+            global_weight[p.global_ids[: p.num_inner]] = p.in_weight[: p.num_inner]
     for p in parts:
         halo = p.global_ids[p.num_inner :]
         group = np.repeat(np.arange(P), np.diff(p.recv_offsets))
@@ -185,6 +252,10 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
             raise _fail(p, "halo rows are not grouped by their owner rank")
         if not np.array_equal(p.in_degree[p.num_inner :], global_degree[halo]):
             raise _fail(p, "in_degree of a halo node differs from its owner's")
+        if p.in_weight is not None and not np.array_equal(
+            p.in_weight[p.num_inner :], global_weight[halo]
+        ):
+            raise _fail(p, "in_weight of a halo node differs from its owner's")
         for q in parts:
             sent = parts[q.rank].global_ids[q.send_to(p.rank)]
             if not np.array_equal(sent, halo[p.recv_offsets[q.rank] : p.recv_offsets[q.rank + 1]]):

@@ -18,10 +18,13 @@ from fullgraph.partition.load import Partition
 
 def _graph_hash(graph: Graph) -> str:
     h = hashlib.sha256()
-    for arr in (graph.indptr, graph.indices, graph.y, graph.train_mask):
+    for arr in (graph.indptr, graph.indices, graph.y, graph.train_mask, graph.edge_weight):
+        if arr is None:
+            continue
         h.update(np.ascontiguousarray(arr).tobytes())
-    if graph.x is not None:
-        h.update(np.ascontiguousarray(graph.x).tobytes())
+    for arr in (graph.x, graph.edge_attr):
+        if arr is not None:
+            h.update(np.ascontiguousarray(arr).tobytes())
     return "whole-" + h.hexdigest()[:32]
 
 
@@ -64,10 +67,15 @@ def whole_graph_part(graph: Graph) -> Partition:
         num_features=graph.num_features,
         num_train_global=num_train,
         partition_hash=_graph_hash(graph),
+        edge_weight=graph.edge_weight,
+        in_weight=graph.in_weight(),
+        edge_attr=graph.edge_attr,
         meta={
             "dataset": graph.name,
             "num_nodes": n,
             "num_parts": 1,
+            "edge_weight": graph.edge_weight is not None,
+            "edge_dim": graph.edge_dim,
             # which of the dataset's fixed splits the masks are, as a partition's meta.json says
             **({"split": int(graph.meta["split"])} if "split" in graph.meta else {}),
         },

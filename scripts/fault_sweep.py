@@ -75,6 +75,10 @@ def main() -> int:
     counts: Counter[str] = Counter()
     for case in chosen:
         outcome, detail = run_case(case, base, work / "cases")
+        for _ in range(2):  # a signal that came after the end measured nothing: run it again
+            if outcome != "late":
+                break
+            outcome, detail = run_case(case, base, work / "cases")
         counts[outcome] += 1
         rows.append((case.name, outcome, detail))
         print(f"{outcome:8s} {case.name:50s} {detail}", flush=True)

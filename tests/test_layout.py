@@ -3,7 +3,8 @@
 The import graph is read from the source (every ``import`` and ``from ... import``, including
 those inside functions), over the four packages of the distribution. The ground floor
 (:data:`GROUND`) holds what everything may use: errors, atomic writes, resource probes, the
-counter hashes, the configuration framework, the process watchdog and the metrics.
+counter hashes, the configuration framework, the process watchdog, the metrics and the
+``--precision`` option with its device check.
 :data:`FLOORS` orders the rest: a module may import its own floor and the floors below it,
 never one above.
 """
@@ -29,6 +30,7 @@ GROUND = {
     "fullgraph.config",
     "fullgraph.watchdog",
     "fullgraph.metrics",
+    "fullgraph.precision",
 }
 
 #: The floors, lowest first: (name, module prefixes). A module belongs to the floor of the

@@ -10,6 +10,7 @@ of :mod:`fullgraph.run.epochs`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -75,6 +76,8 @@ class MinibatchCommand(Command):
         from fullgraph.errors import ConfigError
 
         self.io.check_apart_from(dataset_inputs(self.data.dataset, self.data.root))
+        precision = self.resolve_precision(self.config.precision)
+        self.config = dataclasses.replace(self.config, precision=precision)
         if self.transport == "nccl":
             raise ConfigError("the mini-batch baseline runs on the CPU: --transport nccl is not "
                               "available, use mpi or gloo")  # fmt: skip

@@ -227,6 +227,14 @@ def run_plan(args: argparse.Namespace) -> int:
     headings = {**SHORT, "optimizer": "parameters"} if opts.predict else SHORT
     for line in format_table(graph, preds, headings):
         print("  " + line)
+    if graph.edge_weight or graph.edge_dim:  # read with the part, gone with it after set-up
+        what = ["edge weights + weighted degrees"] if graph.edge_weight else []
+        what += [f"{graph.edge_dim}-wide edge features"] if graph.edge_dim else []
+        most = max(graph.edge_value_bytes(p) for p in graph.parts)
+        print(
+            f"stored edge values ({', '.join(what)}): up to {mib(most)} MiB per rank, in the "
+            f"structure term while the rank sets up (not at the peak when it lies later)"
+        )
     if opts.predict:
         trained = predict_quickly(graph, cfg, floor)
         worst = max(range(len(preds)), key=lambda r: preds[r].total / max(trained[r].total, 1))

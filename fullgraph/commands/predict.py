@@ -28,6 +28,7 @@ from fullgraph.atomic import Place, check_apart
 from fullgraph.config import Config, check_path, option
 from fullgraph.errors import ConfigError
 from fullgraph.partition import PartitionDir
+from fullgraph.precision import precision_option
 from fullgraph.run.command import Command, Job
 from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
 from fullgraph.training.config import TrainData
@@ -89,6 +90,7 @@ class PredictOptions(Config):
         False, "replace an existing --out (only a directory `fullgraph predict` wrote)"
     )
     quiet: bool = option(False, "no start line and no per-layer lines")
+    precision: str | None = precision_option(None, "; default: the model's")
 
     def check(self) -> None:
         """``--model`` and ``--out`` given, not empty."""
@@ -165,6 +167,7 @@ class PredictCommand(Command):
         self.io = RunOptions(force=self.options.force, quiet=self.options.quiet)
         self.parts: PartitionDir | None = None
         self.model_file: ModelFile | None = None
+        self.precision = "32"  # resolved in check(): --precision, else the model's
 
     def check(self) -> None:
         """The rank count against the part count; the output apart from the inputs; the model
@@ -186,6 +189,10 @@ class PredictCommand(Command):
             )
         check_apart([Place(Path(opts.out), f"--out {opts.out}", whole=True)], self._inputs())
         self.model_file = mf = load_model_file(opts.model)
+        # the model's precision unless --precision says otherwise; where this device has no
+        # bfloat16, a bf16-mixed model runs in float32 (with a line) unless asked for bf16
+        model_precision = "auto" if mf.config.precision == "bf16-mixed" else "32"
+        self.precision = self.resolve_precision(opts.precision or model_precision)
         check_embeddings(opts.embeddings, mf.config.layers)
         if self.parts is not None:
             meta = self.parts.meta
@@ -256,7 +263,7 @@ class PredictCommand(Command):
         for line in warnings:
             print(f"fullgraph predict: {line}", file=sys.stderr, flush=True)
         with phase("model set-up"):
-            predictor = Predictor(part, comm, mf, job.device)
+            predictor = Predictor(part, comm, mf, job.device, self.precision)
         del part  # the predictor holds what it runs on
         files = predictor.files(opts.embeddings, opts.logits)
         quiet = opts.quiet
@@ -356,6 +363,7 @@ class PredictCommand(Command):
             "ranks": size,
             "transport": job.comm.transport,
             "device": job.device,
+            "precision": self.precision,
             "files": {
                 name: {"shape": list(shape), "dtype": dtype}
                 for name, (shape, dtype) in files.items()

@@ -12,6 +12,7 @@ and the shared :class:`~fullgraph.run.options.RuntimeOptions` /
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -67,12 +68,19 @@ class TrainCommand(Command):
         from fullgraph.errors import ConfigError
         from fullgraph.metrics import resolve_metric
 
+        precision = self.resolve_precision(self.config.precision)
+        self.config = dataclasses.replace(self.config, precision=precision)
         size = self.launch.size
         if self.data.parts:
             self.parts = PartitionDir.open(self.data.parts)
             self.parts.check_ranks(size, f"run `{self.launch.relaunch(self.parts.num_parts)}`")
             meta = self.parts.meta
             resolve_metric(self.config.metric, meta["dataset"], int(meta["num_classes"]))
+            if self.config.edge_weight and not meta.get("edge_weight", False):
+                raise ConfigError(
+                    f"--edge-weight: {self.parts.root} stores no edge weights (partition a "
+                    f"graph that has them: raw/edge_weight.csv.gz in the OGB layout)"
+                )
         elif size > 1:
             raise ConfigError(f"{size} ranks need --parts (the whole graph trains in one process)")
         self.io.check_apart_from(self.data.inputs(self.parts), model=True)
@@ -135,7 +143,7 @@ class TrainCommand(Command):
                 f"fullgraph train: {comm.size} rank(s), transport {comm.transport}, "
                 f"{job.threads} thread(s)/rank, model {cfg.model} L={cfg.layers} "
                 f"H={cfg.hidden}, epochs {trainer.start_epoch}..{cfg.epochs}, metric "
-                f"{trainer.metric}, halo compression "
+                f"{trainer.metric}, precision {cfg.precision}, halo compression "
                 f"fwd {cfg.compress_fwd} bwd {cfg.compress_bwd}"
                 f"{' + error feedback' if cfg.error_feedback else ''}",
                 flush=True,

@@ -16,6 +16,15 @@ Compression (:mod:`fullgraph.distributed.compression`): when the plan carries a
 parameters together, counts in bytes) and the receiver decodes it; outside a step
 (evaluation, the precomputed first aggregation) rows go as float32. The forward quantization
 passes gradients straight through; the backward exchange compresses the gradients themselves.
+
+Precision (``--precision bf16-mixed``, :attr:`HaloPlan.row_dtype`): an aggregation reads its
+input rows in bfloat16 and sums them in float64, where those sums are exact: a row's terms
+(inner ones first, then each slice of halo ones) give, rounded once to float32, what one
+process gets adding them in its own order. Forward halo rows travel in bfloat16 (half the
+bytes, and nothing lost: every rank, and one process, rounds them alike before use). The
+backward exchange carries partial sums ``A_halo^T dY`` of the float32 backward pass, which
+one process never rounds, so it stays float32 (``--compress-bwd bf16`` halves it at the cost
+of that rounding).
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from fullgraph.distributed import exchange_slices as slicing
 from fullgraph.distributed.communicator import Communicator, PendingExchange
 from fullgraph.distributed.compression import BACKWARD, FORWARD, HaloCompression, record_bytes
 from fullgraph.distributed.exchange_slices import ExchangeSlice
-from fullgraph.kernels import CSRMatrix, spmm, spmm_add_
+from fullgraph.kernels import CSRMatrix, spmm, spmm_add_, spmm_exact
 
 if TYPE_CHECKING:
     from fullgraph.partition import Partition
@@ -58,6 +67,9 @@ class HaloPlan:
         buffer_bytes: the largest send or receive buffer an uncompressed exchange may use; a
             larger one goes in slices (:mod:`fullgraph.distributed.exchange_slices`). Same on
             every rank.
+        row_dtype: the dtype aggregations and weight products read their rows in
+            (``torch.bfloat16`` under ``--precision bf16-mixed``: their forward halo rows are
+            sent so), or ``None``: the rows' own. Same on every rank.
     """
 
     comm: Communicator
@@ -70,6 +82,7 @@ class HaloPlan:
     compression: HaloCompression | None = None
     max_rows: int = 0
     buffer_bytes: int = slicing.DEFAULT_BUFFER_BYTES
+    row_dtype: torch.dtype | None = None
     _slices: dict[int, list[ExchangeSlice]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -135,6 +148,10 @@ class HaloPlan:
             return
         with self.compression.step(epoch):
             yield
+
+    def rows_in(self, h: torch.Tensor) -> torch.Tensor:
+        """``h`` in :attr:`row_dtype` (itself when that is ``None`` or already its dtype)."""
+        return h if self.row_dtype is None else h.to(self.row_dtype)
 
     def next_key(self) -> tuple[int, int] | None:
         """``(epoch, exchange)`` of the next forward exchange in a step, else ``None``."""
@@ -245,20 +262,25 @@ class HaloExchange(torch.autograd.Function):
     """Autograd halo exchange: ``H_inner -> H_halo`` (blocking; see :class:`HaloAggregate`)."""
 
     @staticmethod
-    def forward(ctx: Any, h_inner: torch.Tensor, plan: HaloPlan) -> torch.Tensor:
-        """Return the halo rows, float [num_halo, W], received from their owners."""
+    def forward(
+        ctx: Any, h_inner: torch.Tensor, plan: HaloPlan, send_dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
+        """Return the halo rows, float [num_halo, W] in ``h_inner``'s dtype, received from
+        their owners; ``send_dtype`` (bf16-mixed: the plan's ``row_dtype``, when the receiver
+        rounds the rows to it anyway) is the dtype they travel in."""
         ctx.plan = plan
         ctx.num_inner = h_inner.shape[0]
         ctx.key = plan.next_key()
-        return plan.start_forward(h_inner, ctx.key).wait()
+        send = h_inner if send_dtype is None else h_inner.to(send_dtype)
+        return plan.start_forward(send, ctx.key).wait().to(h_inner.dtype)
 
     @staticmethod
-    def backward(ctx: Any, grad_halo: torch.Tensor) -> tuple[torch.Tensor, None]:
+    def backward(ctx: Any, grad_halo: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         """Send halo gradients to their owners; owners sum them into inner-row gradients."""
         plan: HaloPlan = ctx.plan
         received = plan.start_backward(grad_halo.contiguous(), ctx.key).wait()
         grad = grad_halo.new_zeros((ctx.num_inner, grad_halo.shape[1]))
-        return plan.scatter_back(grad, received), None
+        return plan.scatter_back(grad, received), None, None
 
 
 @dataclass
@@ -277,6 +299,24 @@ class SplitOperator:
         self.inner_t = self.inner.t()
         self.halo_t = self.halo.t() if self.halo is not None else None
         self._pieces: dict[tuple[int, int], tuple[torch.Tensor, CSRMatrix, CSRMatrix]] = {}
+        self._slots: tuple[torch.Tensor, torch.Tensor, CSRMatrix | None] | None = None
+
+    def halo_slots(self) -> tuple[torch.Tensor, torch.Tensor, CSRMatrix | None]:
+        """``(rows, slot, compact)``: the inner rows with halo entries (ascending), each inner
+        row's index among them (``-1`` for the others), and the halo block of those rows only
+        (``None`` without halo); built on first use, kept. An exact bf16 aggregation keeps
+        those rows' sums in float64 until their halo terms are in."""
+        if self._slots is None:
+            n = self.inner.num_rows
+            slot = torch.full((n,), -1, dtype=torch.int64, device=self.inner.device)
+            if self.halo is None:
+                rows = torch.zeros(0, dtype=torch.int64, device=self.inner.device)
+                compact = None
+            else:
+                rows, compact = self.halo.without_empty_rows()
+                slot[rows] = torch.arange(rows.numel(), device=slot.device)
+            self._slots = (rows, slot, compact)
+        return self._slots
 
     def _piece(self, piece: ExchangeSlice) -> tuple[torch.Tensor, CSRMatrix, CSRMatrix]:
         """Slice ``piece``'s halo columns: the inner rows they reach, those rows' block, and
@@ -319,6 +359,20 @@ class SplitOperator:
         rows, compact, _ = self._piece(piece)
         return spmm_add_(y, compact, halo, rows.to(y.device))
 
+    def add_halo_partial(
+        self, partial: torch.Tensor, halo: torch.Tensor, piece: ExchangeSlice | None = None
+    ) -> torch.Tensor:
+        """``partial += A_halo @ halo`` over the rows of :meth:`halo_slots` only (``partial``
+        float64 [len(rows), W], ``halo`` bfloat16): the halo terms of an exact aggregation."""
+        if self.halo is None or halo.shape[0] == 0:
+            return partial
+        _, slot, compact = self.halo_slots()
+        if piece is None:
+            assert compact is not None
+            return spmm_add_(partial, compact, halo)
+        rows, block, _ = self._piece(piece)
+        return spmm_add_(partial, block, halo, slot[rows.to(slot.device)])
+
 
 def aggregate_rows(
     h: torch.Tensor, op: SplitOperator, plan: HaloPlan, key: tuple[int, int] | None
@@ -336,8 +390,11 @@ def aggregate_rows(
         key: the exchange's key from :meth:`HaloPlan.next_key` (``None``: float32).
 
     Returns:
-        A new tensor, float [num_inner, W].
+        A new tensor, float [num_inner, W] (float32 for 16-bit rows, summed in float64).
     """
+    h = plan.rows_in(h)
+    if h.dtype == torch.bfloat16:
+        return _aggregate_bf16(h, op, plan, key)
     if plan.comm.size == 1:
         return spmm(op.inner, h)
     pieces = plan.slices(int(h.shape[1]), key, FORWARD)
@@ -355,6 +412,40 @@ def aggregate_rows(
         op.add_halo_product(y, halo, piece)
         del halo  # at most two slices' buffers are alive at any time
     return y
+
+
+def _aggregate_bf16(
+    h: torch.Tensor, op: SplitOperator, plan: HaloPlan, key: tuple[int, int] | None
+) -> torch.Tensor:
+    """:func:`aggregate_rows` of bfloat16 rows, exact: every row summed in float64 and rounded
+    once to float32 (:func:`~fullgraph.kernels.spmm_exact`); the rows with halo terms stay in
+    float64 until those are in, so any order of a row's terms gives one process's result."""
+    rows, slot, _ = op.halo_slots()
+    partial = torch.empty((rows.numel(), h.shape[1]), dtype=torch.float64, device=h.device)
+    if plan.comm.size == 1:
+        return spmm_exact(op.inner, h, slot, partial)
+    pieces = plan.slices(int(h.shape[1]), key, FORWARD)
+
+    def start(k: int) -> PendingExchange | DecodingExchange:
+        return plan.start_forward(h, key, pieces[k])
+
+    pending: PendingExchange | DecodingExchange | None = start(0)
+    y = spmm_exact(op.inner, h, slot, partial)
+    for k, piece in enumerate(pieces):
+        following = start(k + 1) if k + 1 < len(pieces) else None
+        assert pending is not None
+        halo = plan.rows_in(pending.wait())  # a compressed exchange decodes to float32
+        pending = following
+        op.add_halo_partial(partial, halo, piece)
+        del halo  # at most two slices' buffers are alive at any time
+    if rows.numel():
+        y.index_copy_(0, rows, partial.float())
+    return y
+
+
+def accumulate_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """``torch.float32`` for 16-bit rows (their sums stay float32), else ``None`` (their own)."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else None
 
 
 def exchange_halo_gradients(
@@ -390,7 +481,7 @@ def exchange_halo_gradients(
         if a_t is None:
             rows = grad_y.new_zeros((0, grad_y.shape[1]))
         else:
-            rows = spmm(a_t, grad_y)
+            rows = spmm(a_t, grad_y, accumulate_dtype(grad_y.dtype))
         return plan.start_backward(rows, key, pieces[k])  # holds ``rows`` until sent
 
     pending: PendingExchange | DecodingExchange | None = start(0)

@@ -81,6 +81,11 @@ def wait_request(request: Any, timeout_s: float, what: str) -> None:
             os.sched_yield()
 
 
+def _words(t: torch.Tensor) -> np.ndarray:
+    """``t``'s memory as a numpy array: bfloat16 (no numpy dtype) as its 16-bit words."""
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+
+
 class MPICommunicator(Communicator):
     """mpi4py on host buffers: ``Ialltoallv`` with per-peer counts, ``Iallreduce`` for maxima.
 
@@ -104,7 +109,7 @@ class MPICommunicator(Communicator):
         rcount = np.asarray(recv_rows, dtype=np.int64) * width
         sdispl = np.concatenate([[0], np.cumsum(scount)[:-1]])
         rdispl = np.concatenate([[0], np.cumsum(rcount)[:-1]])
-        sbuf, rbuf = send.detach().numpy().reshape(-1), recv.numpy().reshape(-1)
+        sbuf, rbuf = _words(send.detach()).reshape(-1), _words(recv).reshape(-1)
         req = self._comm.Ialltoallv([sbuf, (scount, sdispl)], [rbuf, (rcount, rdispl)])
 
         def wait(_alive: tuple = (sbuf, rbuf, scount, rcount, sdispl, rdispl)) -> None:

@@ -17,7 +17,9 @@ Terms (what ``fullgraph plan`` prints):
   sliced exchange the slices' halo column blocks over the rows they reach and their
   transposes (about ``16 e_h + 16 min(K n, e_h) + 16 (S + h)`` per slice count ``K``;
   ``e_h``, the part's halo edges, is estimated as ``edge_cut * e / E``). While the rank sets
-  up, the part's own arrays (``16 (n + h) + 8 e + 8 S``) and the building temporaries.
+  up, the part's own arrays (``16 (n + h) + 8 e + 8 S``; with stored edge values also
+  ``4 e + 8 (n + h)`` for edge weights and their weighted in-degrees, ``4 e F_e`` for edge
+  feature rows) and the building temporaries.
 - **features**: ``x`` (``4 n F``), labels and masks (``11 n``), the precomputed first
   aggregation (``4 n F``) when input dropout is 0.
 - **saved activations**: what the backward pass keeps (:mod:`fullgraph.models.graph_linear`):
@@ -55,8 +57,9 @@ window (:data:`~fullgraph.training.inference.WRITE_WINDOW_BYTES`) of rows gather
 transformed and of the file mapped. Nothing is saved for a backward pass and there are no
 gradients, so predict's peak lies below the training peak of the same model and parts
 (``tests/training/test_predict_plan.py`` compares them; docs/predict.md has measured peaks).
-Covered: ``--model gcn``, ``sage``, ``gin`` (:mod:`fullgraph.memory.replay`) and ``gat``
-(:mod:`fullgraph.memory.gat`), with ``--norm`` and ``--residual``, dense input
+Covered: ``--model gcn``, ``sage``, ``gin``, ``graphconv`` (:mod:`fullgraph.memory.replay`),
+``gat`` (:mod:`fullgraph.memory.gat`) and ``sage`` / ``graphconv`` with ``--aggr max``
+(:mod:`fullgraph.memory.max_aggr`), with ``--norm`` and ``--residual``, dense input
 features (:func:`check_modelled` says what is not).
 """
 
@@ -68,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 from fullgraph.errors import ConfigError
 from fullgraph.memory.gat import GATRank
+from fullgraph.memory.max_aggr import MaxRank
 from fullgraph.memory.replay import (
     TERMS,
     GraphShape,
@@ -76,6 +80,7 @@ from fullgraph.memory.replay import (
     parameter_count,
     widths,
 )
+from fullgraph.models.layers import layer_class
 from fullgraph.training.config import TrainConfig
 from fullgraph.training.inference import inference_config
 
@@ -122,11 +127,12 @@ def check_modelled(cfg: TrainConfig) -> None:
     """Refuse the configurations the model does not cover (one line).
 
     Raises:
-        ConfigError: a layer kind other than gcn / sage / gat / gin.
+        ConfigError: a layer kind other than gcn / sage / gat / gin / graphconv.
     """
-    if cfg.model not in ("gcn", "sage", "gat", "gin"):
+    if cfg.model not in ("gcn", "sage", "gat", "gin", "graphconv"):
         raise ConfigError(
-            f"the memory model covers --model gcn, sage, gat and gin, not --model {cfg.model}"
+            "the memory model covers --model gcn, sage, gat, gin and graphconv, not --model "
+            f"{cfg.model}"
         )
 
 
@@ -176,7 +182,10 @@ def _replay(
     predicting = mode == "predict"
     if predicting:
         cfg = inference_config(cfg)
-    rank = (GATRank if cfg.model == "gat" else RankReplay)(part, graph, cfg, floor, predicting)
+    replay = GATRank if cfg.model == "gat" else RankReplay
+    if getattr(layer_class(cfg.model).variant(cfg.layer_options()), "aggr", None) == "max":
+        replay = MaxRank
+    rank = replay(part, graph, cfg, floor, predicting)
     rank.setup()
     if predicting:
         rank.predict()
@@ -253,6 +262,7 @@ def _tiny_part(num_features: int, num_classes: int) -> Partition:
         val_mask=~train,
         test_mask=np.zeros(n, bool),
         num_classes=max(num_classes, 1),
+        edge_weight=np.ones(a.nnz, np.float32),  # for a run with --edge-weight
     )
     return whole_graph_part(graph)
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from fullgraph.partition import Partition
 
 F32, I64, I32 = 4, 8, 4
+BF16, F64 = 2, 8
 #: Transient bytes per stored entry of building one transpose (:meth:`CSRMatrix.t`): the
 #: entry permutation (int32), scipy's CSC copy (int32 ids and permuted values), the order as
 #: int64, the transposed ids as int64 then int32, the permuted values.
@@ -69,6 +70,17 @@ class GraphShape:
     num_features: int
     num_classes: int
     parts: tuple[PartShape, ...]
+    #: the parts store edge weights (``4 e``) and weighted in-degrees (``8 (n + h)``)
+    edge_weight: bool = False
+    #: width ``F_e`` of the stored edge feature rows (``4 e F_e``; 0: none)
+    edge_dim: int = 0
+
+    def edge_value_bytes(self, part: PartShape) -> int:
+        """Bytes of ``part``'s stored edge values as loaded (``edge_weight``, ``in_weight``,
+        ``edge_attr``)."""
+        e, local = part.num_edges, part.num_inner + part.num_halo
+        weights = (4 * e + 8 * local) if self.edge_weight else 0
+        return weights + 4 * e * self.edge_dim
 
     @property
     def max_rows(self) -> int:
@@ -101,6 +113,8 @@ class GraphShape:
             num_features=int(meta["num_features"]),
             num_classes=int(meta["num_classes"]),
             parts=tuple(parts),
+            edge_weight=bool(meta.get("edge_weight", False)),
+            edge_dim=int(meta.get("edge_dim", 0)),
         )
 
     @classmethod
@@ -122,6 +136,8 @@ class GraphShape:
                     halo_edges=0,
                 ),
             ),
+            edge_weight=part.edge_weight is not None,
+            edge_dim=int(part.edge_dim),
         )
 
 
@@ -231,7 +247,7 @@ class RankReplay:
         self.p_in = cfg.resolved_input_dropout()
         self.codecs = (cfg.compress_fwd, cfg.compress_bwd) if cfg.compressed else None
         self.slice_counts: set[int] = set()
-        kind = layer_class(cfg.model)
+        kind = layer_class(cfg.model).variant(cfg.layer_options())
         #: the body adds ``h R^T`` (SAGE, GIN): it keeps its input in either order
         self.root = kind.root_term
         #: ReLU in place and ``Linear(out, out)`` after the body (GIN's MLP)
@@ -241,6 +257,9 @@ class RankReplay:
         self.fresh = kind.fresh_input_grad
         #: ReLU-dropout in place in both passes (no norm, no residual, a fresh-gradient layer)
         self.alone = self.fresh and cfg.norm == "none" and not cfg.residual
+        #: --precision bf16-mixed: the body's products read bf16 copies, ``Z`` / ``M`` and the
+        #: forward halo rows are bf16 (2 bytes), the sums float64 until rounded to float32
+        self.bf16 = cfg.precision == "bf16-mixed"
 
     # -- exchanges -----------------------------------------------------------------------
     def _slices(self, width: int, codec: str | None) -> int:
@@ -260,10 +279,11 @@ class RankReplay:
         return self.codecs[direction]
 
     def exchange(self, tag: str, width: int, sent: int, received: int, codec: str | None,
-                 before_wait: list[tuple[str, str, float]]) -> None:  # fmt: skip
-        """One exchange (either direction): ``sent`` rows go, ``received`` rows land;
-        ``before_wait`` buffers are created while the first slice is in flight (the inner
-        product). Leaves only ``before_wait`` live."""
+                 before_wait: list[tuple[str, str, float]], elem: int = F32) -> None:  # fmt: skip
+        """One exchange (either direction): ``sent`` rows go, ``received`` rows land, ``elem``
+        bytes a value (2: bf16-mixed forward rows) when uncompressed; ``before_wait`` buffers
+        are created while the first slice is in flight (the inner product). Leaves only
+        ``before_wait`` live."""
         from fullgraph.distributed.compression import record_bytes
 
         led = self.led
@@ -284,8 +304,8 @@ class RankReplay:
             led.drop(f"{tag} codes received", f"{tag} decoded")
             return
         k = self._slices(width, None)
-        s = self._slice_rows(sent, k) * width * F32
-        r = self._slice_rows(received, k) * width * F32
+        s = self._slice_rows(sent, k) * width * elem
+        r = self._slice_rows(received, k) * width * elem
         led.add(f"{tag} send 0", "halo", s)
         led.add(f"{tag} recv 0", "halo", r)
         for name, term, nbytes in before_wait:
@@ -306,6 +326,8 @@ class RankReplay:
         led.add(indices, "structure", I64 * p.num_edges)
         led.add("x", "features", F32 * n * self.g.num_features)
         led.add("labels and masks", "features", (I64 + 3) * n)
+        if self.g.edge_value_bytes(p):  # stored with the part, aligned with its edges
+            led.add("part edge values", "structure", self.g.edge_value_bytes(p))
 
     def setup(self) -> None:
         """:func:`~fullgraph.training.assembly.assemble_rank` on the loaded part."""
@@ -318,6 +340,9 @@ class RankReplay:
         if self.cfg.model == "gcn":  # with_self_loops (int64 ids), then the GCN weights
             ep = e + n
             led.add("operator ids", "structure", I64 * ep)
+            if self.cfg.edge_weight or self.cfg.improved:  # float64 weights, degrees, mask
+                led.add("weighting temporaries", "working", (2 * 8 + 1) * ep + 16 * (n + h))
+                led.drop("weighting temporaries")
             led.add("normalisation temporaries", "working", 3 * I64 * ep)
             led.add("operator values", "structure", F32 * ep)
             led.drop("normalisation temporaries")
@@ -361,6 +386,8 @@ class RankReplay:
         led.drop("nonzero count")
         # the caller lets the part go: its ids, CSR and degrees leave (x, labels stay shared)
         led.drop("part ids", "part indices")
+        if self.g.edge_value_bytes(p):
+            led.drop("part edge values")
         self._parameters()
         if self.cfg.error_feedback and self.codecs is not None:
             self._residuals()
@@ -489,6 +516,8 @@ class RankReplay:
         term = "saved" if training else "working"
         saved: list[str] = []
         tag = f"fwd{i}" if training else f"eval{i}"
+        if self.bf16:
+            return self._layer_forward_bf16(i, training, rebuild, codec)
         if tf:
             led.add(f"Z{i}", "working", F32 * n * o)
             self.exchange(tag, o, S, h, codec, [(f"Y{i}", "working", F32 * n * o)])
@@ -508,6 +537,58 @@ class RankReplay:
             led.drop(*saved)
         return saved, keep_h
 
+    def _layer_forward_bf16(
+        self, i: int, training: bool, rebuild: bool, codec: str | None
+    ) -> tuple[list[str], bool]:
+        """:meth:`layer_forward` under ``--precision bf16-mixed``: the input's bf16 copy, ``Z``
+        (transforming first) or the kept ``M`` (aggregating first) in bf16, the forward rows
+        sent and received in bf16, the aggregation's float64 sums of the rows with halo terms
+        (at most ``e_h`` of them) while those arrive, the output float32."""
+        led, p = self.led, self.p
+        n, h, S = p.num_inner, p.num_halo, p.num_send
+        pending = min(n, p.halo_edges) if self.g.num_parts > 1 else 0
+        d, o = self.dims[i], self.dims[i + 1]
+        pre = i == 0 and self.pre
+        tf = not pre and o <= d
+        term = "saved" if training else "working"
+        saved: list[str] = []
+        tag = f"fwd{i}" if training else f"eval{i}"
+        led.add(f"h{i} bf16", "working", BF16 * n * d)
+        if tf:
+            led.add(f"Z{i}", "working", BF16 * n * o)
+            sums = [(f"Y{i}", "working", F32 * n * o), (f"Y{i} sums", "working", F64 * pending * o)]
+            self.exchange(tag, o, S, h, codec, sums, BF16)
+            led.drop(f"Z{i}", f"Y{i} sums")
+            keep_h = not (i == 0 and rebuild)
+        else:
+            if not pre:
+                sums = [(f"M{i} f32", "working", F32 * n * d), (f"M{i} sums", "working",
+                        F64 * pending * d)]  # fmt: skip
+                self.exchange(tag, d, S, h, codec, sums, BF16)
+                led.drop(f"M{i} sums")
+                led.add(f"M{i}", term, BF16 * n * d)
+                led.drop(f"M{i} f32")
+                saved.append(f"M{i}")
+            else:  # the precomputed float32 aggregation, read in bf16
+                led.add(f"M{i} bf16", "working", BF16 * n * d)
+            led.add(f"Y{i} bf16", "working", BF16 * n * o)
+            led.add(f"Y{i}", "working", F32 * n * o)
+            led.drop(f"Y{i} bf16", f"M{i} bf16")
+            keep_h = self.root and not (i == 0 and rebuild)
+        if self.root:  # h R^T in bf16, added
+            led.add(f"root{i}", "working", BF16 * n * o)
+            led.drop(f"root{i}")
+        led.drop(f"h{i} bf16")
+        if self.mlp:  # ReLU in place (its output saved), Lin2 on its bf16 copy (kept)
+            led.rename(f"Y{i}", f"R{i}", term)
+            saved.append(f"R{i}")
+            led.add(f"R{i} bf16", term, BF16 * n * o)
+            saved.append(f"R{i} bf16")
+            led.add(f"Y{i}", "working", F32 * n * o)
+        if not training:
+            led.drop(*saved)
+        return saved, keep_h
+
     def layer_backward(self, i: int, rebuild: bool) -> None:
         """Layer ``i``'s backward pass: from ``dY`` live to ``dh`` (the input's gradient,
         for ``i > 0``) live."""
@@ -517,6 +598,9 @@ class RankReplay:
         tf = not (i == 0 and self.pre) and o <= d
         codec = self._codec(1, True)
         if self.mlp:  # Lin2's input gradient, then ReLU's: the body's output gradient
+            if self.bf16:  # Lin2's dW against its kept bf16 input, widened
+                led.add("R f32", "working", F32 * n * o)
+                led.drop("R f32")
             led.add("dR", "working", F32 * n * o)
             led.drop("dY")
             led.add("dY body", "working", F32 * n * o)
@@ -528,6 +612,9 @@ class RankReplay:
             led.add("dropout mask", "working", F32 * n * self.dims[0])
             led.add("h0 rebuilt", "working", F32 * n * self.dims[0])
             led.drop("dropout mask")
+        if self.bf16 and not tf:  # dW = dY^T M with the bf16 M widened
+            led.add("M f32", "working", F32 * n * d)
+            led.drop("M f32")
         if tf:  # rows of A^T dY a block at a time, received rows in blocks too
             rows = BLOCK_ELEMENTS // max(o, 1)
             inner = [("dY^T A block", "working", F32 * o * min(n, rows))]

@@ -17,6 +17,7 @@ from fullgraph.config import (
 )
 from fullgraph.errors import ConfigError
 from fullgraph.metrics import METRIC_CHOICES
+from fullgraph.precision import precision_option
 from fullgraph.training.config import (
     METRIC_HELP,
     OPTIONAL_SPLIT,
@@ -67,6 +68,7 @@ class MinibatchConfig(InputDropoutConfig, Config):
     eval_every: int = option(1, "evaluate every N epochs", check=POSITIVE_INT)
     metric: str = option("auto", METRIC_HELP, choices=METRIC_CHOICES)
     seed: int = option(0, "seed of weights, batches and sampling", check=SEED)
+    precision: str = precision_option()
 
 
 @dataclass

@@ -31,6 +31,7 @@ from fullgraph.minibatch.inference import RowOperator, layerwise_inference, row_
 from fullgraph.minibatch.model import block_forward
 from fullgraph.minibatch.sampler import NeighborSampler, global_batches, rank_share
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
+from fullgraph.precision import autocast
 from fullgraph.run.epochs import EpochLoop, EpochStats, reduce_gradients
 from fullgraph.run.metrics import split_metrics
 from fullgraph.run.optim import Adam
@@ -110,15 +111,16 @@ class MinibatchTrainer(EpochLoop):
             x_src = torch.from_numpy(
                 np.asarray(self.x[sb.nodes[: sb.blocks[0].num_src]], dtype=np.float32)
             )
-            logits = block_forward(
-                self.model,
-                sb.blocks,
-                x_src,
-                sb.nodes,
-                seed=self.config.seed,
-                stream=epoch * 2**20 + index,
-                training=True,
-            )
+            with autocast("cpu", self.config.precision):  # bf16-mixed: torch's autocast
+                logits = block_forward(
+                    self.model,
+                    sb.blocks,
+                    x_src,
+                    sb.nodes,
+                    seed=self.config.seed,
+                    stream=epoch * 2**20 + index,
+                    training=True,
+                ).float()
             y = self.y.index_select(0, torch.from_numpy(sb.seeds))
             loss_sum = F.cross_entropy(logits, y, reduction="sum")
             (loss_sum / batch.size).backward()
@@ -150,6 +152,7 @@ class MinibatchTrainer(EpochLoop):
         """Train / val / test :attr:`metric` from layer-wise full-graph inference, over all
         ranks."""
         self.model.eval()
+        # float32 at any --precision: the layer-wise pass writes into float32 buffers in place
         logits = layerwise_inference(self.model, self.rows, self.x, self.comm)
         rows = slice(self.lo, self.hi)
         masks = {name: m[rows] for name, m in self.masks.items()}

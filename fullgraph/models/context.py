@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fullgraph.distributed.halo import HaloAggregate, HaloPlan, SplitOperator
+from fullgraph.distributed.halo import HaloAggregate, HaloExchange, HaloPlan, SplitOperator
 from fullgraph.distributed.receptive_field import LayerGraph
-from fullgraph.kernels import CSRMatrix
+from fullgraph.kernels import CSRMatrix, segment_max
 
 
 @dataclass
@@ -25,10 +25,10 @@ class GraphContext:
         sparse_x: the input features as a CSR matrix when they are sparse (the first layer
             then drops and multiplies only the stored entries), or ``None``.
         structure: the part's local CSR of incoming edges without values (rows = inner nodes,
-            columns = local ids: inner first, then halo), for layers that weigh edges
-            themselves (attention); ``None`` when no layer needs it.
+            columns = local ids: inner first, then halo), for layers that read the edges
+            themselves (attention, the maximum over neighbours); ``None`` when no layer needs it.
         local_global_ids: global id of every local node (inner, then halo), int64
-            [num_inner + num_halo]; keys per-edge random draws.
+            [num_inner + num_halo]; keys per-edge random draws and breaks the maximum's ties.
         train_graphs: per layer, the operator and plan restricted to the rows the training
             loss reaches (:mod:`fullgraph.distributed.receptive_field`), or ``None``: every
             layer trains on the whole ones.
@@ -63,3 +63,24 @@ class GraphContext:
     def aggregate(self, h: torch.Tensor) -> torch.Tensor:
         """``A_inner @ h + A_halo @ halo(h)``, differentiable, exchange overlapped."""
         return HaloAggregate.apply(h, self.op, self.plan)
+
+    def aggregate_max(self, h: torch.Tensor) -> torch.Tensor:
+        """The maximum of ``h`` over every inner node's incoming neighbours, per column (0 for
+        a node without any), differentiable.
+
+        The halo rows of ``h`` come from their owners
+        (:class:`~fullgraph.distributed.halo.HaloExchange`, whose backward returns their
+        gradients); :func:`~fullgraph.kernels.segment_max` then reads ``[h; halo]`` along
+        :attr:`structure`, ties to the lowest global id (:attr:`local_global_ids`), so every
+        gradient goes to the neighbour one process would pick.
+
+        Raises:
+            ValueError: the context was built without the edge structure (the layer kind's
+                stack must be one that needs it, ``needs_structure``).
+        """
+        if self.structure is None or self.local_global_ids is None:
+            raise ValueError("aggregate_max: the context holds no edge structure")
+        rows = h
+        if self.plan.comm.size > 1:
+            rows = torch.cat([h, HaloExchange.apply(h, self.plan)])
+        return segment_max(self.structure, rows, self.local_global_ids)

@@ -32,6 +32,7 @@ from fullgraph.models.context import GraphContext
 from fullgraph.models.dropout import ReluDropout, dropout_csr_values, hashed_dropout
 from fullgraph.models.layers import layer_class
 from fullgraph.models.layers.base import LayerOptions
+from fullgraph.models.mixed_linear import mixed_linear
 from fullgraph.models.norm import make_norm
 
 
@@ -153,7 +154,10 @@ class GNN(nn.Module):
             )
             if len(self.residuals):
                 res = self.residuals[i]
-                out = out + (res(h) if isinstance(res, nn.Linear) else h)
+                if isinstance(res, nn.Linear):  # bf16-mixed: a bf16 product (Precision)
+                    out = out + mixed_linear(h, res.weight, ctx.plan.row_dtype)
+                else:
+                    out = out + h
             if i < self.num_layers - 1:
                 if self.norm_kind == "batch":  # with ReLU and the next dropout, fused
                     h = batch_norm_relu_dropout(

@@ -18,6 +18,13 @@ What it holds, for ``n`` inner rows (the memory model of ``fullgraph plan`` coun
   blocks of ``A^T dY`` (at most :data:`BLOCK_ELEMENTS`), never the whole ``[n, out]`` matrix:
   each block's rows go straight into ``dW`` and ``dh``, and so do the rows other ranks return
   for this rank's boundary rows, slice by slice as they land.
+
+Under ``--precision bf16-mixed`` (the plan's ``row_dtype`` is bfloat16) the forward products
+read ``h``, ``W``, ``R`` and ``M`` in bfloat16 (``Z`` and the kept ``M`` are bfloat16), the
+aggregation sums bfloat16 rows exactly (:func:`~fullgraph.distributed.halo.aggregate_rows`) and
+the output is float32. The backward pass is the float32 one: its sums (``A^T dY`` with the halo
+partial sums, ``dY^T h``) are split differently by P ranks, and rounding them to bfloat16 would
+make P ranks differ from one process (docs/train.md, "Precision").
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import torch
 from fullgraph.distributed.halo import (
     HaloPlan,
     SplitOperator,
+    accumulate_dtype,
     aggregate_rows,
     exchange_halo_gradients,
 )
@@ -96,10 +104,13 @@ class GraphLinearFunction(torch.autograd.Function):
         """The layer's output, a new float tensor [num_inner, out]."""
         src: torch.Tensor | CSRMatrix = spec.sparse_input if spec.sparse_input is not None else h
         plan, op = spec.plan, spec.op
+        mixed = plan.row_dtype is not None
+        w = plan.rows_in(weight)  # bf16-mixed: the products read bfloat16
+        src_in = src if isinstance(src, CSRMatrix) else plan.rows_in(src)
         key = None
         if spec.transform_first:
             key = None if plan.comm.size == 1 else plan.next_key()
-            z = _times(src, weight)
+            z = _times(src_in, w)
             y = aggregate_rows(z, op, plan, key)
             del z
             if bias is not None:
@@ -109,10 +120,20 @@ class GraphLinearFunction(torch.autograd.Function):
             m = spec.precomputed
             if m is None:
                 key = None if plan.comm.size == 1 else plan.next_key()
-                m = aggregate_rows(src, op, plan, key)
-            y = torch.mm(m, weight.t()) if bias is None else torch.addmm(bias, m, weight.t())
+                m = aggregate_rows(src_in, op, plan, key)
+                m = plan.rows_in(m)  # kept for dW: in bfloat16 under bf16-mixed
+            if mixed:
+                y = torch.mm(plan.rows_in(m), w.t()).float()
+                if bias is not None:
+                    y.add_(bias)
+            else:
+                y = torch.mm(m, weight.t()) if bias is None else torch.addmm(bias, m, weight.t())
         if root is not None:
-            _add_times(y, src, root)
+            if mixed:
+                y.add_(_times(src_in, plan.rows_in(root)))
+            else:
+                _add_times(y, src, root)
+        del src_in
         ctx.spec, ctx.key = spec, key
         ctx.has_bias, ctx.has_root = bias is not None, root is not None
         needs_h = spec.transform_first or root is not None
@@ -148,7 +169,7 @@ class GraphLinearFunction(torch.autograd.Function):
         if spec.transform_first:
             dh, dw = _transform_first_backward(ctx, dy, weight, root, src, need_h, need_w)
         else:
-            dw = torch.mm(dy.t(), m) if need_w else None
+            dw = torch.mm(dy.t(), m.to(dy.dtype)) if need_w else None  # bf16-mixed: M is bf16
             dh = None
             if need_h:
                 dm = torch.mm(dy, weight)
@@ -166,7 +187,7 @@ def _aggregate_backward(
     out: list[torch.Tensor] = []
 
     def inner() -> None:
-        out.append(spmm(op.inner_t, grad))
+        out.append(spmm(op.inner_t, grad, accumulate_dtype(grad.dtype)))
 
     def receive(rows: torch.Tensor, index: torch.Tensor) -> None:
         out[0].index_add_(0, index, rows)

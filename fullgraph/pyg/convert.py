@@ -4,7 +4,8 @@ Every module of the model is looked at, from the root down, and treated by the f
 :data:`RULES` that matches it:
 
 - ``twin``: replaced by its distributed twin (:mod:`fullgraph.pyg.twins`) holding the same
-  parameters (``GCNConv``, ``SAGEConv``, ``GATConv``, ``GINConv``, ``BatchNorm1d``, ``Dropout``);
+  parameters (``GCNConv``, ``SAGEConv``, ``GraphConv``, ``GATConv``, ``GINConv``, ``BatchNorm1d``,
+  ``Dropout``);
 - ``kept``: kept as it is, because it acts on every node's row alone, which is exact on any
   number of ranks (``Linear``, activations, per-node normalisations, ``JumpingKnowledge``);
 - ``walked``: kept, its children looked at in turn (containers, PyG's ``BasicGNN`` models
@@ -30,12 +31,14 @@ from torch import nn
 
 from fullgraph.errors import ConfigError
 from fullgraph.models.layers import layer_kinds
+from fullgraph.pyg.edge_twins import GATConvEdgeTwin, GINEConvTwin
 from fullgraph.pyg.part_data import PartGraph, part_graph_of
 from fullgraph.pyg.runtime import ModelRun
 from fullgraph.pyg.twins import (
     BatchNormTwin,
     GCNConvTwin,
     GINConvTwin,
+    GraphConvTwin,
     HashedDropout,
     SAGEConvTwin,
     TrimToLayerTwin,
@@ -43,7 +46,17 @@ from fullgraph.pyg.twins import (
 )
 
 #: Twins already in a model (a second conversion keeps them).
-TWINS = (GCNConvTwin, SAGEConvTwin, GINConvTwin, BatchNormTwin, HashedDropout, TrimToLayerTwin)
+TWINS = (
+    GCNConvTwin,
+    SAGEConvTwin,
+    GINConvTwin,
+    GINEConvTwin,
+    GATConvEdgeTwin,
+    GraphConvTwin,
+    BatchNormTwin,
+    HashedDropout,
+    TrimToLayerTwin,
+)
 
 #: torch modules kept as they are: they act on every row alone.
 _ROW_WISE = (
@@ -77,8 +90,9 @@ _ROW_WISE = (
 _CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
 
 _MESSAGE_PASSING = (
-    "fullgraph has distributed twins of GCNConv, SAGEConv(aggr='mean' or 'sum'), GATConv and "
-    "GINConv only; another message-passing layer cannot be split across ranks exactly"
+    "fullgraph has distributed twins of GCNConv, SAGEConv and GraphConv (aggr 'mean', 'sum' "
+    "or 'max'), GATConv, GINConv and GINEConv only; another message-passing layer cannot be "
+    "split across ranks exactly"
 )
 _WHOLE_GRAPH = "its statistics are taken over all nodes of a graph at once"
 
@@ -167,7 +181,6 @@ def _gcn(path: str, conv: Any, c: _Conversion) -> nn.Module:
         path,
         conv,
         (
-            ("improved=True", conv.improved),
             ("normalize=False", not conv.normalize),
             ("add_self_loops=False", not conv.add_self_loops),
             (f"aggr={conv.aggr!r}", conv.aggr != "add"),
@@ -178,10 +191,27 @@ def _gcn(path: str, conv: Any, c: _Conversion) -> nn.Module:
     return GCNConvTwin(conv, c.part)
 
 
+def _gine(path: str, conv: Any, c: _Conversion) -> nn.Module:
+    _check(
+        path,
+        conv,
+        (
+            (f"aggr={conv.aggr!r}", conv.aggr != "add"),
+            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
+        ),
+        "is not supported",
+    )
+    return GINEConvTwin(conv, c.part)
+
+
+#: The ``aggr`` values of ``SAGEConv`` and ``GraphConv`` that have a twin.
+_AGGRS = ("mean", "sum", "add", "max")
+
+
 def _sage(path: str, conv: Any, c: _Conversion) -> nn.Module:
-    if conv.aggr not in ("mean", "sum", "add"):
+    if conv.aggr not in _AGGRS:
         raise _refuse(
-            path, conv, f"aggr={conv.aggr!r}: only the mean and sum aggregations have a twin"
+            path, conv, f"aggr={conv.aggr!r}: only the mean, sum and max aggregations have a twin"
         )
     _check(
         path,
@@ -192,7 +222,26 @@ def _sage(path: str, conv: Any, c: _Conversion) -> nn.Module:
     return SAGEConvTwin(conv, c.part)
 
 
+def _graphconv(path: str, conv: Any, c: _Conversion) -> nn.Module:
+    if conv.aggr not in _AGGRS:
+        raise _refuse(
+            path, conv, f"aggr={conv.aggr!r}: only the mean, sum and max aggregations have a twin"
+        )
+    _check(
+        path,
+        conv,
+        (
+            ("bipartite input (a tuple of in_channels)", isinstance(conv.in_channels, tuple)),
+            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
+        ),
+        "is not supported",
+    )
+    return GraphConvTwin(conv, c.part)
+
+
 def _gat(path: str, conv: Any, c: _Conversion) -> nn.Module:
+    if conv.edge_dim is not None:
+        return _gat_edges(path, conv, c)
     if "gat" not in layer_kinds():
         raise _refuse(path, conv, "fullgraph has no gat layer kind in this installation")
     from fullgraph.models.layers.gat import NEGATIVE_SLOPE
@@ -202,7 +251,6 @@ def _gat(path: str, conv: Any, c: _Conversion) -> nn.Module:
         conv,
         (
             ("bipartite input (a tuple of in_channels)", conv.lin is None),
-            ("edge_dim (edge features)", conv.edge_dim is not None),
             ("add_self_loops=False", not conv.add_self_loops),
             (f"negative_slope={conv.negative_slope}", conv.negative_slope != NEGATIVE_SLOPE),
             (f"aggr={conv.aggr!r}", conv.aggr != "add"),
@@ -212,6 +260,27 @@ def _gat(path: str, conv: Any, c: _Conversion) -> nn.Module:
     )
     c.gat_count += 1
     return gat_twin_class()(conv, c.part, c.gat_count - 1)
+
+
+def _gat_edges(path: str, conv: Any, c: _Conversion) -> nn.Module:
+    fill = conv.fill_value
+    _check(
+        path,
+        conv,
+        (
+            ("bipartite input (a tuple of in_channels)", conv.lin is None),
+            ("add_self_loops=False", not conv.add_self_loops),
+            (
+                f"fill_value={fill!r}",
+                not (isinstance(fill, (int, float)) or fill in ("mean", "add")),
+            ),
+            (f"aggr={conv.aggr!r}", conv.aggr != "add"),
+            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
+        ),
+        "is not supported with edge_dim",
+    )
+    c.gat_count += 1
+    return GATConvEdgeTwin(conv, c.part, c.gat_count - 1)
 
 
 def _gin(path: str, conv: Any, c: _Conversion) -> nn.Module:
@@ -310,24 +379,30 @@ RULES: tuple[Rule, ...] = (
     Rule(
         (f"{_G}GCNConv",),
         "twin",
-        "`D^-1/2 (A + I) D^-1/2` with global degrees (Kipf-Welling), `bias`, `cached` (ignored: "
-        "the operator is built once). Refused: `improved=True`, `normalize=False`, "
-        "`add_self_loops=False`, another `aggr` or `flow`, `edge_weight` in the call",
+        "`D^-1/2 (A_w + f I) D^-1/2` with global (weighted) degrees, `improved` (`f = 2`), "
+        "`edge_weight=data.edge_weight` of the part in the call, `bias`, `cached` (ignored: "
+        "the operator is built once). Refused: `normalize=False`, `add_self_loops=False`, "
+        "another `aggr` or `flow`, any other `edge_weight` in the call",
         _gcn,
     ),
     Rule(
         (f"{_G}SAGEConv",),
         "twin",
-        "`aggr='mean'` or `'sum'` / `'add'`; `project`, `normalize`, "
-        "`root_weight`, `bias`. Refused: other aggregations, bipartite input, `flow`",
+        "`aggr='mean'`, `'sum'` / `'add'` or `'max'` (the input's halo rows exchanged, ties to "
+        "the lowest global id); `project`, `normalize`, `root_weight`, `bias`. Refused: other "
+        "aggregations, bipartite input, `flow`",
         _sage,
     ),
     Rule(
         (f"{_G}GATConv",),
         "twin",
         "the `gat` layer kind: `heads`, `concat`, `dropout` (attention dropout, hashed per "
-        "edge), `bias`, `residual`. Refused: `edge_dim`, bipartite input, "
-        "`add_self_loops=False`, `negative_slope` other than 0.2, `return_attention_weights`",
+        "edge), `bias`, `residual`; with `edge_dim`, called with `edge_attr=data.edge_attr` of "
+        "the part: the edge term `a_edge . lin_edge(e_ji)` added to the logits, `fill_value` "
+        "`'mean'` (default), `'add'` or a number for the self-loops, any `negative_slope` "
+        "(torch operations over the rank's edges). Refused: bipartite input, "
+        "`add_self_loops=False`, `negative_slope` other than 0.2 without `edge_dim`, "
+        "`return_attention_weights`, another `fill_value`",
         _gat,
     ),
     Rule(
@@ -338,10 +413,25 @@ RULES: tuple[Rule, ...] = (
         _gin,
     ),
     Rule(
+        (f"{_G}GINEConv",),
+        "twin",
+        "`nn((1 + eps) x_i + sum_j ReLU(x_j + lin(e_ji)))` over incoming edges, `eps`, "
+        "`train_eps`, `edge_dim` (its `lin`); called with `edge_attr=data.edge_attr` of the "
+        "part; its `nn` is converted in turn. Refused: bipartite input, any other `edge_attr`",
+        _gine,
+    ),
+    Rule(
+        (f"{_G}GraphConv",),
+        "twin",
+        "`lin_rel(aggr_j x_j) + lin_root(x_i)` with `aggr='add'` / `'sum'`, `'mean'` or `'max'` "
+        "(as `SAGEConv`), `bias`. Refused: `edge_weight` in the call, other aggregations, "
+        "bipartite input, `flow`",
+        _graphconv,
+    ),
+    Rule(
         (f"{_G}conv.MessagePassing",),
         "refused",
-        "every other message-passing layer (`GraphConv`, `GATv2Conv`, `GINEConv`, `PNAConv`, "
-        "`EdgeConv`, ...)",
+        "every other message-passing layer (`GATv2Conv`, `PNAConv`, `EdgeConv`, ...)",
         _refuser(_MESSAGE_PASSING),
         exact=False,
     ),

@@ -33,6 +33,7 @@ from fullgraph.distributed import (
 from fullgraph.distributed.halo import HaloPlan
 from fullgraph.errors import ConfigError, FullgraphError
 from fullgraph.models.context import GraphContext
+from fullgraph.models.layers import LayerOptions
 from fullgraph.partition import (
     Partition,
     PartitionDir,
@@ -77,7 +78,10 @@ class PartGraph:
         self.plan = HaloPlan.from_partition(part, comm)
         self.step = 0
         self.stream = 0
-        self._contexts: dict[tuple[str, torch.device, torch.dtype], GraphContext] = {}
+        self._contexts: dict[tuple, GraphContext] = {}
+        self._edge_values: dict[str, torch.Tensor] = {}
+        self._edge_list: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._checked: dict[tuple, bool] = {}
 
     def __repr__(self) -> str:
         return (
@@ -95,7 +99,69 @@ class PartGraph:
         shape = (2, self.num_edges)
         return torch.Size(shape) if dim is None else shape[dim]
 
-    def context(self, kind: str, like: torch.Tensor) -> GraphContext:
+    def edge_values(self, name: str) -> torch.Tensor | None:
+        """The part's ``edge_weight`` [num_edges] or ``edge_attr`` [num_edges, edge_dim] as a
+        float32 tensor aligned with its edges (``data.edge_weight`` / ``data.edge_attr``), or
+        ``None`` when the graph has none."""
+        if name not in self._edge_values:
+            values = getattr(self.part, name)
+            if values is None:
+                return None
+            self._edge_values[name] = torch.from_numpy(np.array(values, dtype=np.float32))
+        return self._edge_values[name]
+
+    def edges(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(source local id, target row)`` of every stored edge, int64 [num_edges] each, in
+        the part's edge order (built once per device)."""
+        if device not in self._edge_list:
+            indptr = torch.from_numpy(np.asarray(self.part.indptr, dtype=np.int64))
+            src = torch.from_numpy(np.asarray(self.part.indices, dtype=np.int64))
+            dst = torch.repeat_interleave(torch.arange(self.num_inner), indptr.diff())
+            self._edge_list[device] = (src.to(device), dst.to(device))
+        return self._edge_list[device]
+
+    def check_edge_values(self, given: Any, name: str, where: str) -> torch.Tensor:
+        """``given`` checked to be the part's ``name`` (``edge_weight`` / ``edge_attr``), in any
+        floating dtype: the same values on the same edges (checked once per tensor version).
+
+        Raises:
+            ConfigError: the part has no such values, or ``given`` is not them (another shape,
+                other values: e.g. the whole graph's, or edges in another order).
+        """
+        stored = self.edge_values(name)
+        if stored is None:
+            raise ConfigError(
+                f"{where}: {name} was given but the part stores none (the graph had no {name} "
+                f"when it was partitioned)"
+            )
+        if given is stored:
+            return given
+        if not isinstance(given, torch.Tensor) or given.shape != stored.shape:
+            shape = tuple(given.shape) if isinstance(given, torch.Tensor) else type(given)
+            raise ConfigError(
+                f"{where}: {name} must be data.{name} of the rank's part "
+                f"({tuple(stored.shape)}), got {shape}"
+            )
+        key = (name, id(given), given._version, given.dtype, given.device)
+        if key not in self._checked:
+            same = torch.equal(given.detach().cpu().to(stored.dtype), stored)
+            if not same:
+                raise ConfigError(
+                    f"{where}: {name} differs from data.{name} of the rank's part; pass the "
+                    f"part's own values (aligned with its edges)"
+                )
+            self._checked[key] = True
+        return given
+
+    def context(
+        self,
+        kind: str,
+        like: torch.Tensor,
+        *,
+        edge_weight: bool = False,
+        improved: bool = False,
+        options: LayerOptions | None = None,
+    ) -> GraphContext:
         """The context of layer kind ``kind`` for inputs like ``like`` (device and dtype).
 
         Args:
@@ -103,16 +169,28 @@ class PartGraph:
                 the ``gin`` kind, is the plain sum over every node's incoming neighbours:
                 ``GINConv``, ``SAGEConv(aggr="sum")``).
             like: an input of the layer; its device and floating dtype are used.
+            edge_weight: ``gcn``: weigh the edges with the part's edge weights.
+            improved: ``gcn``: self-loop fill 2.
+            options: the layer options (``aggr``: ``sage`` / ``graphconv``'s aggregation; with
+                ``max`` the context holds the edges and local global ids, no operator).
 
         Returns:
             The operator (values in ``like``'s dtype), the halo plan and the dropout ids, built
             by the rank assembler of ``fullgraph train``
             (:func:`~fullgraph.training.assembly.rank_context`).
         """
-        key = (kind, like.device, like.dtype)
+        key = (kind, like.device, like.dtype, edge_weight, improved, options)
         if key not in self._contexts:
             self._contexts[key] = rank_context(
-                self.part, self.plan, kind, self.seed, like.device, like.dtype
+                self.part,
+                self.plan,
+                kind,
+                self.seed,
+                like.device,
+                like.dtype,
+                edge_weight=edge_weight,
+                improved=improved,
+                options=options,
             )
         return self._contexts[key]
 
@@ -139,7 +217,8 @@ SUM = "gin"
 def _graph_digest(graph: Graph) -> str:
     """A hash of the graph's arrays, to check that every rank was given the same graph."""
     h = hashlib.sha256()
-    for a in (graph.indptr, graph.indices, graph.x, graph.y, graph.train_mask):
+    arrays = (graph.indptr, graph.indices, graph.x, graph.y, graph.train_mask)
+    for a in (*arrays, graph.edge_weight, graph.edge_attr):
         if a is not None:
             h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
@@ -250,7 +329,9 @@ def load_part(
     Returns:
         ``Data(x, y, train_mask, val_mask, test_mask, num_nodes, num_classes, edge_index,
         fullgraph)`` of this rank's inner nodes; ``edge_index`` and ``fullgraph`` are the
-        rank's :class:`PartGraph`.
+        rank's :class:`PartGraph`; ``edge_weight`` [num_edges] and ``edge_attr``
+        [num_edges, edge_dim] (float32) when the graph has them: the values of the part's
+        edges (every edge into an inner node), in the part's edge order.
 
     Raises:
         ConfigError: the rank count differs from the directory's part count, or the ranks were
@@ -282,6 +363,9 @@ def load_part(
         num_nodes=int(part.num_inner),
         num_classes=int(part.num_classes),
     )
+    for name in ("edge_weight", "edge_attr"):  # aligned with the part's edges
+        if (values := pg.edge_values(name)) is not None:
+            data[name] = values
     data.edge_index = pg
     data.fullgraph = pg
     return data

@@ -11,7 +11,13 @@ computes on the whole graph:
   :mod:`fullgraph.models.layers` (global degrees; halo rows exchanged, overlapped with the inner
   product), transforming first when that narrows the exchange; ``SAGEConv(aggr="sum")`` and
   ``GINConv`` with the plain sum over the incoming neighbours (the ``gin`` layer kind's
-  operator, :data:`~fullgraph.pyg.part_data.SUM`);
+  operator, :data:`~fullgraph.pyg.part_data.SUM`); ``GraphConv`` with either;
+- ``SAGEConv(aggr="max")`` and ``GraphConv(aggr="max")`` exchange their input's halo rows and
+  take the maximum over ``[inner; halo]`` rows, ties to the lowest global id
+  (:meth:`~fullgraph.models.context.GraphContext.aggregate_max`);
+- ``GCNConv(improved=True)`` and ``GCNConv`` called with the part's ``edge_weight`` use the
+  weighted operator (global weighted degrees from the part's ``in_weight``); ``GINEConv`` and
+  ``GATConv(edge_dim=...)`` read the part's edge features (:mod:`fullgraph.pyg.edge_twins`);
 - ``GATConv`` is the ``gat`` layer kind of :mod:`fullgraph.models.layers` (attention dropout
   from counter hashes);
 - ``BatchNorm1d`` (also inside PyG's ``BatchNorm``) is
@@ -31,14 +37,23 @@ from torch import nn
 
 from fullgraph.errors import ConfigError
 from fullgraph.models.context import GraphContext
-from fullgraph.models.layers import layer_class
+from fullgraph.models.layers import LayerOptions, layer_class
 from fullgraph.models.norm import GraphBatchNorm
 from fullgraph.pyg.helpers import dropout
 from fullgraph.pyg.part_data import SUM, PartGraph
 
 
-def _context(twin: nn.Module, kind: str, x: Any, edge_index: Any, **unused: Any) -> GraphContext:
-    """The context of ``twin``'s part after checking the call (rows, edge_index, options)."""
+def _context(
+    twin: nn.Module,
+    kind: str,
+    x: Any,
+    edge_index: Any,
+    *,
+    options: LayerOptions | None = None,
+    **unused: Any,
+) -> GraphContext:
+    """The context of ``twin``'s part after checking the call (rows, edge_index, options);
+    ``options`` are the layer options of ``kind`` (:data:`MAX`: the maximum's context)."""
     name = type(twin).__name__
     part: PartGraph = twin._part
     if edge_index is not part:
@@ -50,7 +65,26 @@ def _context(twin: nn.Module, kind: str, x: Any, edge_index: Any, **unused: Any)
     if given:
         raise ConfigError(f"{name}: {', '.join(given)} is not supported by the distributed layer")
     part.check_rows(x, name)
-    return part.context(kind, x)
+    return part.context(kind, x, options=options)
+
+
+#: The layer options of a context for the maximum over neighbours (edges and local global ids).
+MAX = LayerOptions(aggr="max")
+
+
+def _aggregate_by(
+    twin: nn.Module, aggr: str, x: torch.Tensor, src: torch.Tensor, edge_index: Any,
+    lin: nn.Module, **unused: Any,
+) -> torch.Tensor:  # fmt: skip
+    """``lin(aggr(src_N(i)))`` on ``twin``'s part: the mean or sum operator (transforming first
+    when that narrows the exchange), or the maximum of ``src``'s rows over the incoming
+    neighbours (its halo rows exchanged, :meth:`GraphContext.aggregate_max`). ``x`` is the
+    layer's input (its rows are checked), ``unused`` the call's refused arguments."""
+    if aggr == "max":
+        ctx = _context(twin, "sage", x, edge_index, options=MAX, **unused)
+        return F.linear(ctx.aggregate_max(src), lin.weight, lin.bias)
+    ctx = _context(twin, "sage" if aggr == "mean" else SUM, x, edge_index, **unused)
+    return _aggregate_linear(ctx, src, lin.weight, lin.bias)
 
 
 def _aggregate_linear(
@@ -64,8 +98,25 @@ def _aggregate_linear(
     return F.linear(ctx.aggregate(x), weight, bias)
 
 
+@functools.cache
+def _improved_without_weights() -> bool:
+    """Whether the installed PyG's ``GCNConv(improved=True)`` fills the self-loops with 2 when
+    called without ``edge_weight`` (PyG 2.8's ``gcn_norm`` of an ``edge_index`` tensor does not:
+    ``add_remaining_self_loops`` drops the fill when there are no weights). Asked of PyG once,
+    on a one-edge graph, so that the twin computes what the original layer computes."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    _, norm = gcn_norm(torch.tensor([[0], [1]]), None, 2, improved=True)
+    return bool(abs(float(norm[-1]) - 2.0 / 3.0) < 1e-6)  # node 1's loop: 2 / (1 + 2)
+
+
 class GCNConvTwin(nn.Module):
-    """``GCNConv`` on the rank's rows: ``D^-1/2 (A + I) D^-1/2 (X W) + b``, global degrees.
+    """``GCNConv`` on the rank's rows: ``D^-1/2 (A_w + f I) D^-1/2 (X W) + b``, global degrees.
+
+    ``f`` is 2 with ``improved=True``, else 1; ``A_w`` holds the part's edge weights when the call
+    passes ``edge_weight=data.edge_weight`` (of the part, :func:`~fullgraph.pyg.load_part`),
+    else ones. Without ``edge_weight``, ``improved`` acts as it does in the installed PyG
+    (:func:`_improved_without_weights`: not at all in PyG 2.8).
 
     Args:
         conv: the PyG layer (its ``lin`` and ``bias`` are taken over).
@@ -75,6 +126,7 @@ class GCNConvTwin(nn.Module):
     def __init__(self, conv: nn.Module, part: PartGraph) -> None:
         super().__init__()
         self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.improved = bool(conv.improved)
         self.lin = conv.lin
         self.register_parameter("bias", conv.bias)
         self._part = part
@@ -82,17 +134,28 @@ class GCNConvTwin(nn.Module):
     def forward(
         self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """This rank's rows of ``GCNConv(x, edge_index)``; edge weights are not supported."""
-        ctx = _context(self, "gcn", x, edge_index, edge_weight=edge_weight)
+        """This rank's rows of ``GCNConv(x, edge_index, edge_weight)``.
+
+        Raises:
+            ConfigError: ``edge_weight`` is not the part's ``data.edge_weight``.
+        """
+        name = type(self).__name__
+        if edge_weight is not None:
+            self._part.check_edge_values(edge_weight, "edge_weight", name)
+        ctx = _context(self, "gcn", x, edge_index)
+        weighted = edge_weight is not None
+        improved = self.improved and (weighted or _improved_without_weights())
+        if weighted or improved:
+            ctx = self._part.context("gcn", x, edge_weight=weighted, improved=improved)
         return _aggregate_linear(ctx, x, self.lin.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return f"{self.in_channels}, {self.out_channels}"
+        return f"{self.in_channels}, {self.out_channels}, improved={self.improved}"
 
 
 class SAGEConvTwin(nn.Module):
     """``SAGEConv(aggr="mean")`` on the rank's rows: ``mean(X_N(i)) W_l + b + X_i W_r``
-    (``aggr="sum"`` or ``"add"``: the sum of the neighbours).
+    (``aggr="sum"`` or ``"add"``: the sum of the neighbours; ``"max"``: their maximum).
 
     ``project`` (a ReLU-activated linear map of the neighbours first), ``root_weight`` and
     ``normalize`` behave as in PyG.
@@ -105,7 +168,7 @@ class SAGEConvTwin(nn.Module):
     def __init__(self, conv: nn.Module, part: PartGraph) -> None:
         super().__init__()
         self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
-        self.aggr = "mean" if conv.aggr == "mean" else "sum"
+        self.aggr = conv.aggr if conv.aggr in ("mean", "max") else "sum"
         self.normalize, self.root_weight = conv.normalize, conv.root_weight
         self.project = bool(conv.project)
         if self.project:
@@ -117,14 +180,43 @@ class SAGEConvTwin(nn.Module):
 
     def forward(self, x: torch.Tensor, edge_index: Any, size: Any = None) -> torch.Tensor:
         """This rank's rows of ``SAGEConv(x, edge_index)`` (no bipartite input)."""
-        ctx = _context(self, "sage" if self.aggr == "mean" else SUM, x, edge_index, size=size)
         src = self.lin(x).relu() if self.project else x
-        out = _aggregate_linear(ctx, src, self.lin_l.weight, self.lin_l.bias)
+        out = _aggregate_by(self, self.aggr, x, src, edge_index, self.lin_l, size=size)
         if self.root_weight:
             out = out + self.lin_r(x)
         if self.normalize:
             out = F.normalize(out, p=2.0, dim=-1)
         return out
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}, aggr={self.aggr}"
+
+
+class GraphConvTwin(nn.Module):
+    """``GraphConv`` on the rank's rows: ``aggr(X_N(i)) W_rel + b_rel + X_i W_root`` with the
+    sum (``aggr="add"``), mean or maximum over the incoming neighbours (as :class:`SAGEConvTwin`).
+
+    Args:
+        conv: the PyG layer (its ``lin_rel`` and ``lin_root`` are taken over).
+        part: the rank's part.
+    """
+
+    def __init__(self, conv: nn.Module, part: PartGraph) -> None:
+        super().__init__()
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.aggr = conv.aggr if conv.aggr in ("mean", "max") else "sum"
+        self.lin_rel, self.lin_root = conv.lin_rel, conv.lin_root
+        self._part = part
+
+    def forward(
+        self, x: torch.Tensor, edge_index: Any, edge_weight: Any = None, size: Any = None
+    ) -> torch.Tensor:
+        """This rank's rows of ``GraphConv(x, edge_index)`` (no edge weights, no bipartite
+        input)."""
+        out = _aggregate_by(
+            self, self.aggr, x, x, edge_index, self.lin_rel, edge_weight=edge_weight, size=size
+        )
+        return out + self.lin_root(x)
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}, aggr={self.aggr}"

@@ -28,6 +28,7 @@ import fcntl
 import os
 import re
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,7 @@ MODEL_KEYS = (
     "heads",
     "output_heads",
     "attention_dropout",
+    "aggr",
     "norm",
     "residual",
 )
@@ -266,6 +268,14 @@ class CheckpointDir:
             )
         if self.rank == 0:
             self._expected = _identity(self.file)
+            before, now = saved.get("precision", "32"), config.get("precision", "32")
+            if before != now:  # the master weights and Adam's moments are float32 either way
+                print(
+                    f"fullgraph: --resume: {self.file} was trained at --precision {before}, "
+                    f"continuing at {now} (parameters and optimiser state are float32)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         return state
 
     def rank_state_path(self, rank: int, epoch: int) -> Path:

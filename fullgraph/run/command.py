@@ -22,10 +22,17 @@ A command is a :class:`Command` subclass with two methods of its own: :meth:`Com
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TextIO, TypeVar
 
-from fullgraph.errors import FullgraphError, PeerUnreachable, mark_replicated
+from fullgraph.errors import (
+    DataError,
+    FullgraphError,
+    PartitionError,
+    PeerUnreachable,
+    mark_replicated,
+)
 from fullgraph.run.checkpoint import CheckpointDir
 from fullgraph.run.options import RunOptions, RuntimeOptions
 from fullgraph.run.outputs import RunOutputs
@@ -151,6 +158,17 @@ class Command:
         """Checks before the communicator exists (the rank count against the part count, the
         outputs apart from the inputs); they must behave alike on every rank."""
 
+    def resolve_precision(self, requested: str) -> str:
+        """``--precision`` on :attr:`device`: ``auto`` decided, bfloat16 support checked
+        (:func:`fullgraph.precision.resolve_precision`); rank 0 prints the line of an ``auto``
+        that fell back to 32. Call it from :meth:`check`."""
+        from fullgraph.precision import resolve_precision
+
+        precision, note = resolve_precision(requested, self.device)
+        if note is not None and self.launch.rank == 0:
+            print(f"fullgraph {self.name}: {note}", file=sys.stderr, flush=True)
+        return precision
+
     def run(self, job: Job) -> Any:
         """The command's work on this rank."""
         raise NotImplementedError
@@ -182,7 +200,9 @@ class Command:
             check_device(self.device, self.transport)
             self.check()
         except (FullgraphError, FileExistsError, FileNotFoundError) as exc:
-            raise mark_replicated(exc) from None
+            # every rank checked the same options; files may differ between nodes
+            node_local = isinstance(exc, (DataError, PartitionError, FileNotFoundError))
+            raise mark_replicated(exc, presumed=node_local) from None
         watchdog = current_watchdog()
         if watchdog is not None:  # the launcher watch and the start-up deadlines from here on
             watchdog.attach(info, self.runtime.timeout, notices=not self.io.quiet)

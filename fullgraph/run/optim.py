@@ -11,6 +11,7 @@ bit-for-bit those of ``torch.optim.Adam`` (tests/test_optim.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +19,37 @@ import torch
 from torch.optim.adam import adam as adam_update
 
 from fullgraph.errors import ConfigError
+
+#: Learning-rate schedules of :func:`scheduled_lr`.
+SCHEDULES = ("constant", "cosine")
+
+
+def scheduled_lr(
+    base: float, step: int, steps: int, warmup: int = 0, schedule: str = "constant"
+) -> float:
+    """The learning rate of optimiser step ``step`` (1-based) of ``steps``.
+
+    A linear warm-up from ``base / (warmup + 1)`` to ``base`` over the first ``warmup`` steps,
+    then ``constant`` (``base``) or ``cosine`` (half a cosine from ``base`` down to
+    ``base / 100`` at step ``steps``, as ``CosineAnnealingLR(eta_min=base/100)`` after a
+    warm-up). A function of the step alone, so a resumed run continues the same schedule.
+
+    Args:
+        base: the peak learning rate.
+        step: the step about to be taken, 1-based.
+        steps: the run's steps.
+        warmup: warm-up steps (0: none).
+        schedule: ``constant`` or ``cosine``.
+    """
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"unknown learning-rate schedule {schedule!r} (choose from {SCHEDULES})")
+    if step <= warmup:
+        return base * step / (warmup + 1)
+    if schedule == "constant" or steps <= warmup + 1:
+        return base
+    done = (step - warmup - 1) / (steps - warmup - 1)
+    low = base / 100.0
+    return low + 0.5 * (base - low) * (1.0 + math.cos(math.pi * min(1.0, done)))
 
 
 class Adam:

@@ -32,8 +32,10 @@ from fullgraph.errors import ConfigError
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.gnn import precompute_first_aggregate, sparse_features
-from fullgraph.models.layers import layer_class
+from fullgraph.models.layers import LayerOptions, layer_class
+from fullgraph.models.layers.gcn import weighted_gcn_operator
 from fullgraph.partition import Partition
+from fullgraph.precision import compute_dtype
 from fullgraph.training.config import TrainConfig
 
 
@@ -76,23 +78,59 @@ def _split_columns(a: CSRMatrix, num_inner: int) -> SplitOperator:
     return SplitOperator(inner, halo)
 
 
-def build_operator(part: Partition, model: str) -> SplitOperator:
+def build_operator(
+    part: Partition,
+    model: str,
+    *,
+    edge_weight: bool = False,
+    improved: bool = False,
+    options: LayerOptions | None = None,
+) -> SplitOperator:
     """The aggregation operator of layer kind ``model`` on this rank's rows, split inner / halo.
 
     Args:
         part: a partition (one of a job's parts, or a whole graph).
         model: a layer kind (``gcn``: ``D^-1/2 (A + I) D^-1/2`` with GLOBAL degrees;
             ``sage``: the mean over incoming neighbours).
+        edge_weight: ``gcn`` only: weigh the edges with the part's stored edge weights.
+        improved: ``gcn`` only: self-loop fill 2 (PyG ``improved=True``).
+        options: the layer options (``aggr`` picks SAGE's and GraphConv's operator).
 
     Returns:
         The :class:`~fullgraph.distributed.halo.SplitOperator`, rows = inner nodes.
+
+    Raises:
+        ConfigError: edge weights asked for but the part has none, or asked of another kind.
     """
     ni, nh = int(part.num_inner), int(part.num_halo)
     base = CSRMatrix(
         as_tensor(part.indptr, np.int64), as_tensor(part.indices, np.int64), None, ni + nh
     )
-    a = layer_class(model).operator(base, as_tensor(part.in_degree, np.int64), ni)
+    if edge_weight or improved:
+        a = _weighted_gcn(part, base, model, edge_weight, improved)
+    else:
+        kind = layer_class(model).variant(options)
+        a = kind.operator(base, as_tensor(part.in_degree, np.int64), ni)
     return _split_columns(a, ni)
+
+
+def _weighted_gcn(
+    part: Partition, base: CSRMatrix, model: str, edge_weight: bool, improved: bool
+) -> CSRMatrix:
+    """The ``gcn`` operator with the part's edge weights and / or ``improved``."""
+    if model != "gcn":
+        raise ConfigError(f"edge weights and improved apply to the gcn kind only, not {model!r}")
+    if edge_weight and part.edge_weight is None:
+        raise ConfigError(
+            "edge weights were asked for but the partition stores none (partition a graph "
+            "with edge weights: an OGB-layout raw/edge_weight.csv.gz, or data.edge_weight)"
+        )
+    if edge_weight:
+        weights = as_tensor(part.edge_weight, np.float32)
+        degree = as_tensor(part.in_weight, np.float64)
+    else:
+        weights, degree = None, as_tensor(part.in_degree, np.int64)
+    return weighted_gcn_operator(base, degree, int(part.num_inner), weights, improved)
 
 
 @dataclass
@@ -119,10 +157,11 @@ def _normalize_rows(x: torch.Tensor, comm: Communicator) -> torch.Tensor:
     return x / x.sum(dim=1, keepdim=True).clamp(min=1.0)
 
 
-def needs_structure(kind: str) -> bool:
-    """Whether layer kind ``kind`` weighs the edges itself (attention): it then reads the part's
-    edge structure and the global ids of its halo, not only the operator."""
-    return not layer_class(kind).precomputable
+def needs_structure(kind: str, options: LayerOptions | None = None) -> bool:
+    """Whether layer kind ``kind`` (with ``options``) reads the edges itself (attention, the
+    maximum over neighbours): it then reads the part's edge structure and the global ids of its
+    halo, not only the operator."""
+    return not layer_class(kind).variant(options).precomputable
 
 
 def rank_context(
@@ -132,6 +171,10 @@ def rank_context(
     seed: int,
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
+    *,
+    edge_weight: bool = False,
+    improved: bool = False,
+    options: LayerOptions | None = None,
 ) -> GraphContext:
     """The context a rank runs layers of kind ``kind`` with (no collective).
 
@@ -142,6 +185,10 @@ def rank_context(
         seed: the run's seed (dropout streams).
         device: where the operator lives.
         dtype: the operator's value type (default: as built, float32).
+        edge_weight: ``gcn``: weigh the edges with the part's edge weights (see
+            :func:`build_operator`).
+        improved: ``gcn``: self-loop fill 2.
+        options: the layer options (``aggr``: SAGE's and GraphConv's aggregation).
 
     Returns:
         The operator split into inner and halo columns, the plan, the global ids of the inner
@@ -149,7 +196,7 @@ def rank_context(
         CSR of incoming edges and the global ids of every local node.
     """
     device = torch.device(device)
-    op = build_operator(part, kind)
+    op = build_operator(part, kind, edge_weight=edge_weight, improved=improved, options=options)
 
     def place(a: CSRMatrix | None) -> CSRMatrix | None:
         if a is None:
@@ -165,7 +212,7 @@ def rank_context(
         global_ids=np.array(part.global_ids[: part.num_inner], dtype=np.int64),
         seed=seed,
     )
-    if needs_structure(kind):
+    if needs_structure(kind, options):
         ctx.structure = CSRMatrix(
             as_tensor(part.indptr, np.int64).to(device),
             as_tensor(part.indices, np.int64).to(device),
@@ -210,13 +257,25 @@ def assemble_rank(
         buffer_bytes=int(config.exchange_buffer_mb * 2**20),
         compression=compression,
     )
-    ctx = rank_context(part, plan, config.model, config.seed, device)
-    kind = layer_class(config.model)
+    options = config.layer_options()
+    plan.row_dtype = compute_dtype(config.precision)
+    ctx = rank_context(
+        part,
+        plan,
+        config.model,
+        config.seed,
+        device,
+        edge_weight=config.edge_weight,
+        improved=config.improved,
+        options=options,
+    )
+    kind = layer_class(config.model).variant(options)
     if config.prune == "auto" and kind.prunable and config.norm != "batch":
         ctx.train_graphs = prune_layers(ctx.op, plan, data["train"], config.layers)
     pre = config.precompute_first
     if pre == "on" and not kind.precomputable:
-        raise ConfigError(f"--precompute-first on: --model {config.model} cannot precompute")
+        aggr = f" --aggr {config.aggr}" if config.aggr else ""
+        raise ConfigError(f"--precompute-first on: --model {config.model}{aggr} cannot precompute")
     if kind.precomputable and (
         pre == "on" or (pre == "auto" and config.resolved_input_dropout() == 0)
     ):

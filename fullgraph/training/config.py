@@ -30,8 +30,11 @@ from fullgraph.distributed.compression import CODECS
 from fullgraph.errors import ConfigError
 from fullgraph.metrics import METRIC_CHOICES
 from fullgraph.models.gnn import GNN
-from fullgraph.models.layers import LayerOptions, layer_kinds
+from fullgraph.models.layers import LayerOptions, layer_class, layer_kinds
+from fullgraph.models.layers.sage import AGGREGATIONS
 from fullgraph.models.norm import NORMS
+from fullgraph.precision import precision_option
+from fullgraph.run.optim import SCHEDULES
 
 if TYPE_CHECKING:
     from fullgraph.partition import Partition, PartitionDir
@@ -64,6 +67,13 @@ METRIC_HELP = (
 SPLIT_HELP = "which of the dataset's fixed splits (tolokers: 0-9; default 0)"
 OPTIONAL_SPLIT = number(low=0, integer=True, optional=True)
 
+
+def _check_aggr(name: str, value: str | None) -> None:
+    """``--aggr``: unset, or one of :data:`~fullgraph.models.layers.sage.AGGREGATIONS`."""
+    if value is not None and value not in AGGREGATIONS:
+        raise ConfigError(f"{name} must be one of {', '.join(AGGREGATIONS)}, not {value!r}")
+
+
 _CODEC_HELP = (
     "fp16/bf16 casts, intN = per-row min/scale with stochastic rounding, packed; none = float32"
 )
@@ -95,6 +105,19 @@ class TrainConfig(InputDropoutConfig, Config):
         "dropout of the attention coefficients (gat only; default --dropout)",
         check=OPTIONAL_PROBABILITY,
     )
+    aggr: str | None = option(
+        None,
+        "neighbour aggregation of sage (default mean) and graphconv (default sum): mean, sum "
+        "or max",
+        check=_check_aggr,
+        metavar="{mean,sum,max}",
+    )
+    edge_weight: bool = option(
+        False,
+        "gcn only: weigh every edge with the partition's stored edge weights (PyG GCNConv "
+        "with edge_weight; global weighted degrees)",
+    )
+    improved: bool = option(False, "gcn only: self-loop weight 2 (PyG GCNConv improved=True)")
     norm: str = option(
         "none",
         "normalisation after every layer but the last: batch (over all nodes, statistics "
@@ -104,7 +127,19 @@ class TrainConfig(InputDropoutConfig, Config):
     residual: bool = option(
         False, "add every layer's input to its output (projected when the widths differ)"
     )
-    lr: float = option(0.01, "Adam learning rate", check=POSITIVE)
+    lr: float = option(
+        0.01, "Adam learning rate (the peak, with a warm-up or schedule)", check=POSITIVE
+    )
+    lr_warmup: int = option(
+        0,
+        "epochs of linear learning-rate warm-up up to --lr (default 0: none)",
+        check=number(low=0, integer=True),
+    )
+    lr_schedule: str = option(
+        "constant",
+        "learning rate after the warm-up: constant, or cosine (down to --lr/100 at the last epoch)",
+        choices=SCHEDULES,
+    )
     weight_decay: float = option(5e-4, "L2 penalty", check=NON_NEGATIVE)
     weight_decay_scope: str = option(
         "first",
@@ -145,10 +180,17 @@ class TrainConfig(InputDropoutConfig, Config):
         "and sage without BatchNorm, the layers where it removes >= 10%% of the edges; off)",
         choices=("auto", "off"),
     )
+    precision: str = precision_option()
     extra: dict = option({}, "free-form notes kept with the config", cli=False)
 
     def check(self) -> None:
         """Rules between fields."""
+        for name in ("edge_weight", "improved"):
+            if getattr(self, name) and self.model != "gcn":
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} applies to --model gcn only, not --model "
+                    f"{self.model}"
+                )
         if self.model != "gat":
             for name in ("heads", "output_heads", "attention_dropout"):
                 if getattr(self, name) is not None:
@@ -156,6 +198,12 @@ class TrainConfig(InputDropoutConfig, Config):
                         f"--{name.replace('_', '-')} applies to --model gat only, not "
                         f"--model {self.model}"
                     )
+        if self.aggr is not None:
+            if not getattr(layer_class(self.model), "VARIANTS", None):
+                raise ConfigError(
+                    f"--aggr applies to --model sage and graphconv only, not --model {self.model}"
+                )
+            layer_class(self.model).variant(self.layer_options())
         if self.error_feedback and self.compress_fwd == self.compress_bwd == "none":
             raise ConfigError(
                 "--error-feedback needs --compress-fwd or --compress-bwd other than none"
@@ -167,7 +215,10 @@ class TrainConfig(InputDropoutConfig, Config):
         """The per-kind layer options, defaults resolved."""
         drop = self.dropout if self.attention_dropout is None else self.attention_dropout
         return LayerOptions(
-            heads=self.heads or 1, output_heads=self.output_heads or 1, attention_dropout=drop
+            heads=self.heads or 1,
+            output_heads=self.output_heads or 1,
+            attention_dropout=drop,
+            aggr=self.aggr,
         )
 
     def build_model(self, num_features: int, num_classes: int) -> GNN:

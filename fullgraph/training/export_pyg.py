@@ -6,8 +6,11 @@ The model file of ``fullgraph train`` (:mod:`fullgraph.training.model_file`) bec
 :class:`~fullgraph.models.gnn.GNN` to rounding. The mapping, layer by layer:
 
 - ``layers.i`` gcn -> ``GCNConv(in, out)``: ``convs.i.lin.weight``, ``convs.i.bias``;
-- ``layers.i`` sage -> ``SAGEConv(in, out, aggr="mean")``: ``convs.i.lin_l.weight``,
-  ``convs.i.lin_l.bias``, ``convs.i.lin_r.weight`` (our ``root``);
+- ``layers.i`` sage -> ``SAGEConv(in, out, aggr)`` (``aggr`` the model's ``--aggr``: mean,
+  sum or max): ``convs.i.lin_l.weight``, ``convs.i.lin_l.bias``, ``convs.i.lin_r.weight``
+  (our ``root``);
+- ``layers.i`` graphconv -> ``GraphConv(in, out, aggr)``: ``convs.i.lin_rel.weight``,
+  ``convs.i.lin_rel.bias`` (our ``lin``), ``convs.i.lin_root.weight`` (our ``root``);
 - ``layers.i`` gat -> ``GATConv(in, width, heads, concat)``: ``convs.i.lin.weight``,
   ``convs.i.att_src``, ``convs.i.att_dst``, ``convs.i.bias``;
 - ``layers.i`` gin -> ``GINConv(MLP([in, out, out], norm=None), train_eps=True)``:
@@ -23,8 +26,8 @@ The model file of ``fullgraph train`` (:mod:`fullgraph.training.model_file`) bec
 ``convs`` and ``norms`` are the names of PyG's own ``BasicGNN`` models, so a model without
 residual connections (and, for GAT, with as many heads in the last layer as in the others)
 also loads into ``torch_geometric.nn.models.GCN`` / ``GraphSAGE`` / ``GAT`` (GIN: also without
-``--norm``, which PyG's ``GIN`` puts inside every MLP): the export records
-their constructor arguments (``pyg_model``).
+``--norm``, which PyG's ``GIN`` puts inside every MLP; GraphConv has no such model): the export
+records their constructor arguments (``pyg_model``).
 
 Two outputs (see ``docs/export.md``):
 
@@ -59,6 +62,7 @@ from torch_geometric.nn import (
     GATConv,
     GCNConv,
     GINConv,
+    GraphConv,
     LayerNorm,
     Linear,
     SAGEConv,
@@ -74,6 +78,7 @@ from fullgraph.atomic import (
 )
 from fullgraph.errors import ConfigError
 from fullgraph.models.gnn import GNN
+from fullgraph.models.layers import layer_class
 from fullgraph.run.torch_file import encode_torch_file, not_a_torch_file, read_torch_file
 from fullgraph.training.model_file import ModelFile, load_model_file
 
@@ -83,8 +88,8 @@ VERSION = 1
 MARKER = "# Written by `fullgraph export --to pyg`"
 #: Our ``--norm`` -> the name PyG's ``normalization_resolver`` (and :class:`FullgraphGNN`) uses.
 NORM_NAMES = {"none": None, "batch": "batch_norm", "layer": "layer_norm"}
-#: Our layer kind -> PyG's ``BasicGNN`` of the same layers.
-BASIC_GNN = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN"}
+#: Our layer kind -> PyG's ``BasicGNN`` of the same layers (``None``: PyG has none).
+BASIC_GNN = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN", "graphconv": None}
 
 
 class FullgraphGNN(torch.nn.Module):
@@ -95,8 +100,9 @@ class FullgraphGNN(torch.nn.Module):
     match, else a ``Linear`` without bias. Dropout acts in training only.
 
     Args:
-        kind: ``gcn`` (``GCNConv``), ``sage`` (``SAGEConv(aggr="mean")``), ``gat``
-            (``GATConv``) or ``gin`` (``GINConv`` of ``MLP([in, out, out])``, ``train_eps``).
+        kind: ``gcn`` (``GCNConv``), ``sage`` (``SAGEConv(aggr=aggr)``), ``gat``
+            (``GATConv``), ``gin`` (``GINConv`` of ``MLP([in, out, out])``, ``train_eps``) or
+            ``graphconv`` (``GraphConv(aggr=aggr)``).
         in_channels: input features.
         hidden_channels: hidden width (per head for ``gat``).
         out_channels: classes.
@@ -109,6 +115,8 @@ class FullgraphGNN(torch.nn.Module):
         dropout: drop probability before every layer but the first.
         input_dropout: drop probability before the first layer.
         attention_dropout: ``gat``: drop probability of the attention coefficients.
+        aggr: ``sage`` / ``graphconv``: ``mean``, ``sum`` or ``max`` (``None``: ``mean`` for
+            ``sage``, ``sum`` for ``graphconv``).
     """
 
     def __init__(
@@ -125,10 +133,11 @@ class FullgraphGNN(torch.nn.Module):
         dropout: float = 0.0,
         input_dropout: float = 0.0,
         attention_dropout: float = 0.0,
+        aggr: str | None = None,
     ) -> None:
         super().__init__()
-        if kind not in ("gcn", "sage", "gat", "gin"):
-            raise ValueError(f"kind must be gcn, sage, gat or gin, not {kind!r}")
+        if kind not in ("gcn", "sage", "gat", "gin", "graphconv"):
+            raise ValueError(f"kind must be gcn, sage, gat, gin or graphconv, not {kind!r}")
         if norm not in (None, "batch_norm", "layer_norm"):
             raise ValueError(f"norm must be None, 'batch_norm' or 'layer_norm', not {norm!r}")
         self.kind, self.residual = kind, residual
@@ -143,7 +152,9 @@ class FullgraphGNN(torch.nn.Module):
             if kind == "gcn":
                 conv, width_out = GCNConv(width, out), out
             elif kind == "sage":
-                conv, width_out = SAGEConv(width, out, aggr="mean"), out
+                conv, width_out = SAGEConv(width, out, aggr=aggr or "mean"), out
+            elif kind == "graphconv":
+                conv, width_out = GraphConv(width, out, aggr=aggr or "sum"), out
             elif kind == "gin":
                 mlp = MLP([width, out, out], norm=None)
                 conv, width_out = GINConv(mlp, train_eps=True), out
@@ -210,6 +221,7 @@ from torch_geometric.nn import (
     GATConv,
     GCNConv,
     GINConv,
+    GraphConv,
     LayerNorm,
     Linear,
     SAGEConv,
@@ -231,6 +243,12 @@ def init_args(mf: ModelFile) -> dict[str, Any]:
             f"--model {mf.path}: layer kind {cfg.model!r} has no PyG layer to export to "
             f"(exported: {', '.join(BASIC_GNN)})"
         )
+    weighted = [f"--{k.replace('_', '-')}" for k in ("edge_weight", "improved") if getattr(cfg, k)]
+    if weighted:  # FullgraphGNN builds plain GCNConv layers and takes no edge weights
+        raise ConfigError(
+            f"--model {mf.path}: a gcn trained with {' and '.join(weighted)} cannot be exported "
+            f"to PyG yet (its GCNConv would differ from the trained layer)"
+        )
     opts = cfg.layer_options()
     return {
         "kind": cfg.model,
@@ -245,6 +263,7 @@ def init_args(mf: ModelFile) -> dict[str, Any]:
         "dropout": float(cfg.dropout),
         "input_dropout": float(cfg.resolved_input_dropout()),
         "attention_dropout": float(opts.attention_dropout),
+        "aggr": getattr(layer_class(cfg.model).variant(opts), "aggr", None),
     }
 
 
@@ -264,6 +283,10 @@ def pyg_state_dict(model: GNN) -> dict[str, Tensor]:
             out[p + "lin_l.weight"] = layer.lin.weight
             out[p + "lin_l.bias"] = layer.lin.bias
             out[p + "lin_r.weight"] = layer.root.weight
+        elif model.kind == "graphconv":
+            out[p + "lin_rel.weight"] = layer.lin.weight
+            out[p + "lin_rel.bias"] = layer.lin.bias
+            out[p + "lin_root.weight"] = layer.root.weight
         elif model.kind == "gat":
             out[p + "lin.weight"] = layer.lin.weight
             out[p + "att_src"] = layer.att_src
@@ -300,6 +323,8 @@ def basic_gnn(args: dict[str, Any]) -> dict[str, Any] | None:
     """
     if args["residual"] or (args["kind"] == "gin" and args["norm"] is not None):
         return None
+    if BASIC_GNN[args["kind"]] is None:
+        return None
     kwargs: dict[str, Any] = {
         "in_channels": args["in_channels"],
         "hidden_channels": args["hidden_channels"],
@@ -316,6 +341,8 @@ def basic_gnn(args: dict[str, Any]) -> dict[str, Any] | None:
         kwargs["heads"] = heads
     if args["kind"] == "gin":
         kwargs["train_eps"] = True
+    if args["kind"] == "sage" and args.get("aggr") not in (None, "mean"):
+        kwargs["aggr"] = args["aggr"]
     if args["norm"] is not None:
         kwargs["norm"] = args["norm"]
         if args["norm"] == "layer_norm":
@@ -368,7 +395,16 @@ def _text(value: Any) -> str:
 def _summary(state: dict[str, Any]) -> str:
     """``GCN, 3 layers, hidden 16, batch norm, residual`` for the module docstring."""
     a = state["init_args"]
-    words = [{"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT", "gin": "GIN"}[a["kind"]]]
+    names = {
+        "gcn": "GCN",
+        "sage": "GraphSAGE",
+        "gat": "GAT",
+        "gin": "GIN",
+        "graphconv": "GraphConv",
+    }
+    words = [names[a["kind"]]]
+    if a.get("aggr"):
+        words[0] += f" ({a['aggr']})"
     words.append(f"{a['num_layers']} layer{'s' if a['num_layers'] > 1 else ''}")
     if a["num_layers"] > 1:
         words.append(f"hidden {a['hidden_channels']}")

@@ -312,6 +312,7 @@ class Predictor:
         comm: the communicator.
         model: the model file.
         device: where tensors live.
+        precision: ``32`` or ``bf16-mixed`` (resolved), or ``None``: the model's.
 
     Attributes:
         model: the trained :class:`~fullgraph.models.gnn.GNN`, in evaluation mode.
@@ -325,9 +326,13 @@ class Predictor:
         comm: Communicator,
         model: ModelFile,
         device: torch.device | str = "cpu",
+        precision: str | None = None,
     ) -> None:
         self.comm, self.device, self.file = comm, torch.device(device), model
-        rank = assemble_rank(part, comm, inference_config(model.config), self.device)
+        config = inference_config(model.config)
+        if precision is not None:  # else the model's (``fullgraph predict --precision``)
+            config = replace(config, precision=precision)
+        rank = assemble_rank(part, comm, config, self.device)
         self.data, self.ctx = rank.data, rank.ctx
         self.model = model.build().to(self.device)
         #: the summary's metric (:func:`model_metric`)

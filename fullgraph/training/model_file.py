@@ -5,7 +5,7 @@
 ``torch.load(path, weights_only=True)`` opens it without fullgraph::
 
     {"format": "fullgraph-model", "version": 1,
-     "config": {...TrainConfig fields...}, "num_features": F, "num_classes": C,
+     "config": {...TrainConfig fields, "precision" too...}, "num_features": F, "num_classes": C,
      "state_dict": {"layers.0.lin.weight": tensor, ..., "norms.0.running_mean": tensor},
      "epoch": best epoch, "metric": "acc", "val": ..., "test": ..., "data": "...",
      "partition_hash": "..."}

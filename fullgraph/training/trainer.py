@@ -9,6 +9,7 @@ stay identical.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from fullgraph.errors import ConfigError, TrainingDiverged, mark_replicated
 from fullgraph.metrics import resolve_metric
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
 from fullgraph.partition import Partition
+from fullgraph.precision import resolve_precision
 from fullgraph.run.checkpoint import CheckpointDir
 from fullgraph.run.epochs import (
     EpochLoop,
@@ -31,7 +33,7 @@ from fullgraph.run.epochs import (
     reduce_gradients,
 )
 from fullgraph.run.metrics import split_metrics
-from fullgraph.run.optim import Adam
+from fullgraph.run.optim import Adam, scheduled_lr
 from fullgraph.run.options import RunOptions
 from fullgraph.training.assembly import assemble_rank
 from fullgraph.training.config import TrainConfig
@@ -95,6 +97,12 @@ class Trainer(EpochLoop):
             )
         check_device(str(device), comm.transport)
         self.device = torch.device(device)
+        if config.precision != "32":  # a Python caller: ``auto`` decided, support checked
+            try:
+                precision = resolve_precision(config.precision, self.device.type)[0]
+            except ConfigError as exc:
+                raise mark_replicated(exc) from None
+            config = dataclasses.replace(config, precision=precision)
         self.comm, self.config = comm, config
         # Only the hash is kept: the part's arrays that training does not use (its CSR of
         # int64 ids, degrees) are freed once the caller lets the part go as well.
@@ -167,6 +175,8 @@ class Trainer(EpochLoop):
         global_loss = reduce_gradients(
             list(self.model.parameters()), loss, self.comm, epoch, "epoch"
         )
+        cfg = self.config
+        self.optimizer.lr = scheduled_lr(cfg.lr, epoch, cfg.epochs, cfg.lr_warmup, cfg.lr_schedule)
         self.optimizer.step()
         return StepResult(
             loss=global_loss,

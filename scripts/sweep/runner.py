@@ -16,7 +16,7 @@ from .commands import ENV
 from .records import Case
 
 #: The outcomes, in the order the counts are printed.
-OUTCOMES = ("clean", "unclear", "hang", "running", "silent", "debris", "lost")
+OUTCOMES = ("clean", "unclear", "hang", "running", "silent", "debris", "lost", "late")
 
 
 def _digest(root: Path, rels: list[str]) -> dict[str, str]:
@@ -99,10 +99,21 @@ def _left_running(w: Path, grace: float = 5.0) -> list[int]:
     return pids
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (exists and is not a zombie waiting to be reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def _send_signal(
     case: Case, sent: tuple[int, float, str], w: Path, procs: list[subprocess.Popen], t0: float
-) -> None:
-    """Send ``sent`` (the case's signal) when its time (after ``signal_when``) has come."""
+) -> bool:
+    """Send ``sent`` (the case's signal) when its time (after ``signal_when``) has come;
+    whether it reached a running process (``False``: the command had already ended, so the
+    case measured nothing: outcome ``late``)."""
     signum, after, target = sent
     if case.signal_when:
         while not list(w.glob(case.signal_when)) and time.monotonic() - t0 < case.timeout:
@@ -111,9 +122,13 @@ def _send_signal(
             time.sleep(0.01)
     time.sleep(after)
     pid = procs[0].pid if target == "main" else _newest_python_child(procs[0].pid)
-    if pid:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
+    if not pid or not _alive(pid):
+        return False
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def classify_exits(
@@ -181,8 +196,7 @@ def run_case(case: Case, base: Path, work: Path) -> tuple[str, str]:
         )
         for c in cmds
     ]
-    if case.signal:
-        _send_signal(case, case.signal, w, procs, t0)
+    delivered = _send_signal(case, case.signal, w, procs, t0) if case.signal else True
     results = []
     for proc in procs:
         try:
@@ -194,6 +208,9 @@ def run_case(case: Case, base: Path, work: Path) -> tuple[str, str]:
             return "hang", f"no end within {case.timeout:g} s"
         results.append((proc.returncode, out, err))
     seconds = time.monotonic() - t0
+    if not delivered:
+        _left_running(w)
+        return "late", "the signal found the command already ended: nothing measured (rerun)"
     left = _left_running(w)
     if left:
         return "running", f"{len(left)} process(es) still running in the case dir after the end"

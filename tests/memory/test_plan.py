@@ -82,11 +82,14 @@ def test_gat_norm_and_residual_are_planned(capsys, small_partitions) -> None:
         ["--model", "sage", "--norm", "batch"],
         ["--model", "gcn", "--norm", "layer", "--residual"],
         ["--model", "gin", "--layers", "3"],
+        ["--model", "graphconv", "--aggr", "mean"],
+        ["--model", "sage", "--aggr", "max", "--norm", "layer"],
+        ["--model", "graphconv", "--aggr", "max", "--residual"],
     ):
         code, out, err = _plan(capsys, "--parts", parts, *extra, "--floor-mb", "1")
         assert code == 0 and err == "", extra
         assert out.count(": fits") == 1 and "peak in" in out, extra
-    with pytest.raises(ConfigError, match="covers --model gcn, sage, gat and gin"):
+    with pytest.raises(ConfigError, match="covers --model gcn, sage, gat, gin and graphconv"):
         check_modelled(SimpleNamespace(model="mine"))  # a layer kind registered by a user
 
 
@@ -120,6 +123,24 @@ def test_norm_residual_and_gat_follow_the_code() -> None:
     at_loss = [_replay(shape.parts[0], shape, c, floor).phase_peaks["loss"][1] for c in (sage, gin)]
     assert at_loss[1]["saved"] - at_loss[0]["saved"] == 4 * n * (2 * 256 + shape.num_classes)
     assert predict(shape, gin, floor)[0].total > predict(shape, sage, floor)[0].total
+
+
+def test_max_layers_follow_the_code() -> None:
+    """``--aggr max``: no operator values (the edges are kept instead), every layer keeps its
+    maximum and its int32 argmax (``8 n d``), the input's halo rows arrive whole."""
+    floor = 300 * MIB
+    shape = _shape(4)
+    n, h = shape.parts[0].num_inner, shape.parts[0].num_halo
+    sage = TrainConfig(model="sage", layers=3, hidden=256, dropout=0.5, prune="off")
+    top = replace(sage, aggr="max")
+    at_loss = [_replay(shape.parts[0], shape, c, floor).phase_peaks["loss"][1] for c in (sage, top)]
+    # both keep M_0 = A X_drop (F wide) and the hidden inputs h_1, h_2; the maximum also keeps
+    # every argmax, M_1 and M_2, and the dropped input X_drop (not rebuilt: the root term's)
+    widths = [shape.num_features, 256, 256]
+    assert at_loss[1]["saved"] - at_loss[0]["saved"] == 8 * n * sum(widths)
+    got = predict(shape, top, floor)[0]
+    assert got.total == sum(got.terms.values()) and got.terms["halo"] >= 4 * h * 256
+    assert predict(shape, replace(top, model="graphconv"), floor)[0].total == got.total
 
 
 def test_a_node_too_small_prints_the_table_then_one_line(capsys, small_partitions) -> None:
@@ -180,13 +201,45 @@ def test_model_terms_add_up_and_follow_the_code() -> None:
     assert extra - predict(_shape(4), plain, floor)[0].terms["features"] == 4 * n * 100
 
 
+def test_bf16_mixed_follows_the_code() -> None:
+    """``--precision bf16-mixed``: the kept aggregation ``M`` is bf16 (2 bytes), the forward
+    halo rows too, the aggregation's sums float64 while they run."""
+    floor = 300 * MIB
+    shape = _shape(4)
+    n = shape.parts[0].num_inner
+    sage = TrainConfig(model="sage", layers=3, hidden=256, dropout=0.5, prune="off")
+    mixed = replace(sage, precision="bf16-mixed")
+    at_loss = [
+        _replay(shape.parts[0], shape, c, floor).phase_peaks["loss"][1] for c in (sage, mixed)
+    ]
+    # the first layer aggregates first (100 -> 256) and keeps M_0 = A X_drop: half the bytes
+    assert at_loss[0]["saved"] - at_loss[1]["saved"] == 2 * n * shape.num_features
+    one = predict(shape, mixed, floor)[0]
+    assert one.total == sum(one.terms.values())
+    gin = replace(sage, model="gin")  # Lin2 keeps its bf16 input too
+    at_loss = [
+        _replay(shape.parts[0], shape, c, floor).phase_peaks["loss"][1]
+        for c in (gin, replace(gin, precision="bf16-mixed"))
+    ]
+    widths = [shape.num_features, 256, 256]
+    assert at_loss[1]["saved"] - at_loss[0]["saved"] == 2 * n * (256 + 256 + 47) - 2 * n * widths[0]
+
+
 @pytest.mark.timeout(120)
-def test_tiny_graph_prediction_brackets_its_measured_peak(small_partitions, tmp_path: Path) -> None:
+@pytest.mark.parametrize("precision", ["32", "bf16-mixed"])
+def test_tiny_graph_prediction_brackets_its_measured_peak(
+    small_partitions, tmp_path: Path, precision: str
+) -> None:
     """One process on a 1-part partition: ``fullgraph plan`` (floor measured in its own
     process), then ``fullgraph train``; peak RSS from ``getrusage(RUSAGE_CHILDREN)``."""
+    from fullgraph.precision import bf16_unsupported
+
+    if precision != "32" and bf16_unsupported("cpu") is not None:
+        pytest.skip("this CPU has no bfloat16")
     parts = str(small_partitions[1])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    model = ["--model", "gcn", "--layers", "2", "--hidden", "64", "--threads", "1"]
+    model = ["--model", "gcn", "--layers", "2", "--hidden", "64", "--precision", precision,
+             "--threads", "1"]  # fmt: skip
     plan = subprocess.run(
         [sys.executable, "-m", "fullgraph.cli", "plan", "--parts", parts, *model[:-2]],
         capture_output=True, text=True, env=env, timeout=100,

@@ -10,8 +10,11 @@ last step and the validation accuracy, and whether every rank holds the same par
 
 Groups: ``examples`` (models written by hand: the examples' GCN and GAT as PyG's own examples
 write them, ``F.dropout`` calls included; GraphSAGE + BatchNorm; GAT + per-node LayerNorm with
-``nn.Dropout``; a linear map whose weight is dropped) and ``basic_gnn`` (PyG's model classes
-``GCN``, ``GraphSAGE``, ``GAT``, ``GIN`` with their common arguments).
+``nn.Dropout``; a linear map whose weight is dropped), ``basic_gnn`` (PyG's model classes
+``GCN``, ``GraphSAGE``, ``GAT``, ``GIN`` with their common arguments), ``edges`` (weighted
+``GCNConv`` with ``improved``, ``GINEConv`` and ``GATConv`` with ``edge_dim``, on
+:func:`edge_graph`; task ``edges --source DIR --transports mpi gloo``) and ``max``
+(``GraphSAGE(aggr="max")``, ``GraphConv`` with the maximum and the mean).
 
 The tests call :func:`run_converted` and :func:`run_original` in-process for the references.
 """
@@ -90,6 +93,122 @@ class DropConnect(nn.Module):
         return F.linear(h, F.dropout(self.lin.weight, self.p, self.training), self.lin.bias)
 
 
+class WeightedGCN(nn.Module):
+    """``conv2(drop(relu(conv1(x, w))), w)``: ``GCNConv(improved=True)`` then ``GCNConv``, both
+    called with the edge weights.
+
+    Args:
+        in_channels: input features.
+        out_channels: classes.
+        p: node dropout.
+    """
+
+    #: The edge values :func:`train` passes after ``edge_index``.
+    EDGE_ARGS = ("edge_weight",)
+
+    def __init__(self, in_channels: int, out_channels: int, p: float) -> None:
+        from torch_geometric.nn import GCNConv
+
+        super().__init__()
+        self.conv1 = GCNConv(in_channels, 16, improved=True)
+        self.drop = nn.Dropout(p)
+        self.conv2 = GCNConv(16, out_channels)
+
+    def forward(self, x: torch.Tensor, edge_index: Any, edge_weight: Any) -> torch.Tensor:
+        """Logits of every node."""
+        x = self.drop(self.conv1(x, edge_index, edge_weight).relu())
+        return self.conv2(x, edge_index, edge_weight)
+
+
+class GINE(nn.Module):
+    """Two ``GINEConv(MLP, train_eps=True, edge_dim=3)`` layers reading the edge features.
+
+    Args:
+        in_channels: input features.
+        out_channels: classes.
+        p: node dropout.
+    """
+
+    EDGE_ARGS = ("edge_attr",)
+
+    def __init__(self, in_channels: int, out_channels: int, p: float) -> None:
+        from torch_geometric.nn import GINEConv
+
+        super().__init__()
+
+        def mlp(a: int, b: int) -> nn.Module:
+            return nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, b))
+
+        self.conv1 = GINEConv(mlp(in_channels, 16), train_eps=True, edge_dim=EDGE_DIM)
+        self.drop = nn.Dropout(p)
+        self.conv2 = GINEConv(mlp(16, out_channels), train_eps=True, edge_dim=EDGE_DIM)
+
+    def forward(self, x: torch.Tensor, edge_index: Any, edge_attr: Any) -> torch.Tensor:
+        """Logits of every node."""
+        x = self.drop(self.conv1(x, edge_index, edge_attr).relu())
+        return self.conv2(x, edge_index, edge_attr)
+
+
+class GATEdge(nn.Module):
+    """Two ``GATConv(edge_dim=3)`` layers (2 heads concatenated, then 1) with attention dropout.
+
+    Args:
+        in_channels: input features.
+        out_channels: classes.
+        p: node and attention dropout.
+    """
+
+    EDGE_ARGS = ("edge_attr",)
+
+    def __init__(self, in_channels: int, out_channels: int, p: float) -> None:
+        from torch_geometric.nn import GATConv
+
+        super().__init__()
+        self.conv1 = GATConv(in_channels, 8, heads=2, dropout=p, edge_dim=EDGE_DIM)
+        self.drop = nn.Dropout(p)
+        self.conv2 = GATConv(16, out_channels, concat=False, dropout=p, edge_dim=EDGE_DIM)
+
+    def forward(self, x: torch.Tensor, edge_index: Any, edge_attr: Any) -> torch.Tensor:
+        """Logits of every node."""
+        x = self.drop(F.elu(self.conv1(x, edge_index, edge_attr)))
+        return self.conv2(x, edge_index, edge_attr)
+
+
+#: Width of the edge feature rows of :func:`edge_graph`.
+EDGE_DIM = 3
+
+
+def edge_graph() -> Any:
+    """The tests' default graph with edge weights and :data:`EDGE_DIM` edge features."""
+    from conftest import build_sbm_graph
+
+    from fullgraph.datasets.synthetic import with_edge_values
+
+    return with_edge_values(build_sbm_graph(), edge_dim=EDGE_DIM, seed=5)
+
+
+class GraphConvs(nn.Module):
+    """``conv2(drop(relu(conv1(x))))``: ``GraphConv(aggr="max")`` then ``aggr="mean"``.
+
+    Args:
+        in_channels: input features.
+        out_channels: classes.
+        p: node dropout.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, p: float) -> None:
+        from torch_geometric.nn import GraphConv
+
+        super().__init__()
+        self.conv1 = GraphConv(in_channels, 16, aggr="max")
+        self.drop = nn.Dropout(p)
+        self.conv2 = GraphConv(16, out_channels, aggr="mean")
+
+    def forward(self, x: torch.Tensor, edge_index: Any) -> torch.Tensor:
+        """Logits of every node."""
+        return self.conv2(self.drop(self.conv1(x, edge_index).relu()), edge_index)
+
+
 def _basic_gnn(cls: str, layers: int, **kwargs: Any) -> Callable[[int, int, float], nn.Module]:
     def make(in_channels: int, classes: int, p: float) -> nn.Module:
         import torch_geometric.nn.models as models
@@ -121,6 +240,11 @@ GROUPS: dict[str, dict[str, Callable[[int, int, float], nn.Module]]] = {
         "GAT-jk-lstm-leaky": _basic_gnn("GAT", 2, heads=2, jk="lstm", act="leaky_relu"),
         "GIN-train-eps": _basic_gnn("GIN", 2, train_eps=True),
         "GIN-jk-last-bn": _basic_gnn("GIN", 3, jk="last", norm="batch_norm"),
+    },
+    "edges": {"gcn_weighted": WeightedGCN, "gine": GINE, "gat_edge": GATEdge},  # edge_graph()
+    "max": {  # the maximum over neighbours (tests/pyg/test_pyg_max.py)
+        "GraphSAGE-max": _basic_gnn("GraphSAGE", 2, aggr="max"),
+        "GraphConv-max-mean": lambda f, c, p: GraphConvs(f, c, p),
     },
 }
 
@@ -155,10 +279,11 @@ def train(
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     out: dict[str, np.ndarray] = {}
     losses = []
+    edge_args = [data[k] for k in getattr(model, "EDGE_ARGS", ())]
     for step in range(STEPS):
         model.train()
         opt.zero_grad()
-        loss = loss_fn(model(data.x, data.edge_index))
+        loss = loss_fn(model(data.x, data.edge_index, *edge_args))
         loss.backward()
         if step == 0:
             grads = [p.grad.reshape(-1) for p in model.parameters()]
@@ -171,7 +296,7 @@ def train(
     out["buffers"] = torch.cat(buffers).numpy() if buffers else np.zeros(0)
     model.eval()
     with torch.no_grad():
-        out["val_acc"] = np.asarray(accuracy(model(data.x, data.edge_index)))
+        out["val_acc"] = np.asarray(accuracy(model(data.x, data.edge_index, *edge_args)))
     return out
 
 
@@ -223,6 +348,20 @@ def converted(*, source: str, group: str = "examples") -> dict[str, np.ndarray]:
     else:
         data = pyg.load_part(source, threads=1)
     return run_converted(data, group)
+
+
+@TASKS.task
+def edges(*, source: str, transports: list[str]) -> dict[str, np.ndarray]:
+    """:func:`run_converted` of the ``edges`` group on the part of ``source`` (a partition of
+    :func:`edge_graph`, or ``graph``: the whole graph on one rank) over each transport."""
+    from harness import communicators
+
+    results: dict[str, np.ndarray] = {}
+    for transport, comm in communicators(transports):
+        data = pyg.load_part(edge_graph() if source == "graph" else source, comm)
+        got = run_converted(data, "edges")
+        results.update({f"{transport}/{k}": v for k, v in got.items()})
+    return results
 
 
 if __name__ == "__main__":

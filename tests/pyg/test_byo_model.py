@@ -156,9 +156,9 @@ class _Wrap(nn.Module):
     ("make", "why"),
     [
         (lambda: pyg_nn.GATv2Conv(8, 8), "message-passing"),
-        (lambda: pyg_nn.GINEConv(nn.Linear(8, 8)), "message-passing"),
-        (lambda: pyg_nn.GraphConv(8, 8), "message-passing"),
-        (lambda: pyg_nn.SAGEConv(8, 8, aggr="max"), "aggr='max'"),
+        (lambda: pyg_nn.GATConv(8, 8, edge_dim=2, fill_value="max"), "fill_value='max'"),
+        (lambda: pyg_nn.GraphConv(8, 8, aggr="min"), "aggr='min'"),
+        (lambda: pyg_nn.SAGEConv(8, 8, aggr="min"), "aggr='min'"),
         (lambda: pyg_nn.LayerNorm(8), "mode='graph'"),
         (lambda: pyg_nn.GraphNorm(8), "all nodes of a graph"),
         (lambda: pyg_nn.PairNorm(), "all nodes of a graph"),
@@ -268,7 +268,7 @@ def test_basic_gnn_refusals_name_the_module(data) -> None:
             "model.convs.0 (torch_geometric.nn.conv.gatv2_conv.GATv2Conv)",
         ),
         (
-            lambda: models.GraphSAGE(f, 8, 2, c, aggr="max"),
+            lambda: models.GraphSAGE(f, 8, 2, c, aggr="min"),
             "model.convs.0 (torch_geometric.nn.conv.sage_conv.SAGEConv)",
         ),
         (

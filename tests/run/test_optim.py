@@ -85,3 +85,26 @@ def test_training_step_imports_neither_dynamo_nor_triton():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_scheduled_lr_warmup_then_constant() -> None:
+    """A linear warm-up reaches the base rate after ``warmup`` steps, then stays there."""
+    from fullgraph.run.optim import scheduled_lr
+
+    rates = [scheduled_lr(0.03, s, 10, warmup=2) for s in range(1, 11)]
+    assert rates[:3] == pytest.approx([0.01, 0.02, 0.03])
+    assert rates[3:] == pytest.approx([0.03] * 7)
+    assert [scheduled_lr(0.01, s, 5) for s in range(1, 6)] == [0.01] * 5
+
+
+def test_scheduled_lr_cosine() -> None:
+    """Cosine after the warm-up: the base rate first, base/100 at the last step, decreasing."""
+    from fullgraph.run.optim import scheduled_lr
+
+    rates = [scheduled_lr(0.02, s, 20, warmup=3, schedule="cosine") for s in range(1, 21)]
+    assert rates[3] == pytest.approx(0.02)
+    assert rates[-1] == pytest.approx(0.0002)
+    after = rates[3:]
+    assert all(a > b for a, b in zip(after, after[1:], strict=False))
+    with pytest.raises(ConfigError, match="schedule"):
+        scheduled_lr(0.01, 1, 10, schedule="linear")

@@ -1,11 +1,12 @@
-"""Distributed training equals one process: P = 1, 2, 4 ranks, mpi and gloo, GCN, SAGE, GAT, GIN.
+"""Distributed training equals one process: P = 1, 2, 4 ranks, mpi and gloo, GCN, SAGE, GAT, GIN,
+GraphConv.
 
 Each (P, transport) is one ``mpirun`` launch running every variant of ``train_worker.VARIANTS``
 (dropout on; with and without the precomputed first aggregation; GAT with attention dropout on,
 exchanging its input and its projected rows, and with ``--norm batch`` and ``--residual``;
 GCN with ``--norm batch``, SAGE with ``--norm layer --residual``; SAGE without receptive-field
 pruning, which the pruned ranks must equal as well; GIN with and without the precomputed first
-aggregation). The
+aggregation; SAGE and GraphConv with ``--aggr max``, GraphConv with its sum). The
 reference runs the same code in this process on the whole graph.
 """
 

@@ -1,10 +1,11 @@
 """Worker of the training tests (``tests/training``): tasks run by :func:`harness.run_task`.
 
-``exact --parts DIR --transports T...``: trains every model variant of :data:`VARIANTS` for
-:data:`EPOCHS` epochs and saves (rank 0, ``.npz``) the first step's training logits in global
-node order, the all-reduced parameter gradients of that step and the loss of every epoch, and
-whether :func:`check_halo_exchange` held. The tests call :func:`run_variants` in-process on the
-whole graph for the reference.
+``exact --parts DIR --transports T... [--precision P] [--variants a,b]``: trains every model
+variant of :data:`VARIANTS` (or those named) at ``--precision`` for :data:`EPOCHS` epochs and
+saves (rank 0, ``.npz``) the first step's training logits in global node order, the
+all-reduced parameter gradients of that step and the loss of every epoch, and whether
+:func:`check_halo_exchange` held. The tests call :func:`run_variants` in-process on the whole
+graph for the reference.
 
 ``accuracy --parts DIR... --transports T... --seeds S... [--model gcn|gat]``: the Planetoid
 recipe of ``model`` (:data:`RECIPES`) for each seed; saves (``.json``) the test accuracy at the
@@ -37,7 +38,22 @@ VARIANTS = [
     ("sage_unpruned", "sage", 0.5),
     ("gin", "gin", 0.5),
     ("gin_pre", "gin", 0.0),
+    ("sage_max", "sage", 0.5),
+    ("graphconv", "graphconv", 0.5),
+    ("graphconv_max_res", "graphconv", 0.0),
 ]
+#: Variants that need a partition with edge weights (run only when named, by
+#: ``tests/training/test_train_edge_weight.py``).
+EDGE_VARIANTS = [
+    ("gcn_edge_weight", "gcn", 0.5),
+    ("gcn_edge_weight_improved_pre", "gcn", 0.0),
+    ("gcn_improved", "gcn", 0.5),
+]
+EDGE_OPTIONS: dict[str, dict[str, Any]] = {
+    "gcn_edge_weight": {"edge_weight": True},
+    "gcn_edge_weight_improved_pre": {"edge_weight": True, "improved": True},
+    "gcn_improved": {"improved": True, "norm": "batch"},
+}
 #: Further TrainConfig fields of some variants. The GAT layers of the 12-feature test graph
 #: exchange their input (12 or hidden x heads columns < heads x (hidden + 1)) except the last,
 #: which exchanges its projected rows and source terms: both exchanges are checked. Attention
@@ -54,6 +70,9 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "gcn_batchnorm": {"norm": "batch"},
     "sage_layernorm_res": {"norm": "layer", "residual": True},
     "sage_unpruned": {"prune": "off"},  # ``sage`` prunes its last layer: the same numbers
+    "sage_max": {"aggr": "max"},  # the input's halo rows exchanged, ties to the lowest id
+    "graphconv_max_res": {"aggr": "max", "residual": True},  # nothing precomputed at 0
+    "graphconv": {"norm": "layer"},  # sums unnormalised: logits of 100s without a norm
 }
 #: The accuracy recipes (PyG ``examples/gcn.py`` and ``examples/gat.py``: Planetoid,
 #: row-normalised features, 200 epochs; the GAT recipe decays every layer's weights).
@@ -83,14 +102,19 @@ RECIPES: dict[str, dict[str, Any]] = {
 SLICES = {"sage_sliced": 7}
 
 
-def run_variants(part: Any, comm: Any) -> dict[str, np.ndarray]:
-    """Logits and gradients of step 1 and losses of :data:`EPOCHS` epochs, per variant."""
+def run_variants(
+    part: Any, comm: Any, precision: str = "32", names: list[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Logits and gradients of step 1 and losses of :data:`EPOCHS` epochs, per variant (those
+    of ``names`` only, when given), at ``precision``."""
     import fullgraph.distributed.exchange_slices as slicing
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
     out: dict[str, np.ndarray] = {}
     default_count = slicing.slice_count
-    for name, model, in_drop in VARIANTS:
+    for name, model, in_drop in VARIANTS if names is None else VARIANTS + EDGE_VARIANTS:
+        if names is not None and name not in names:
+            continue
         if name in SLICES:
             slicing.slice_count = lambda rows, width, budget, n=SLICES[name]: n
         else:
@@ -105,8 +129,9 @@ def run_variants(part: Any, comm: Any) -> dict[str, np.ndarray]:
             "seed": 3,
             "weight_decay": 5e-4,
             "weight_decay_scope": "all",
+            "precision": precision,
         }
-        cfg = TrainConfig(**{**fields, **OPTIONS.get(name, {})})
+        cfg = TrainConfig(**{**fields, **OPTIONS.get(name, {}), **EDGE_OPTIONS.get(name, {})})
         tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
         if name in SLICES and comm.size > 1:
             assert len(tr.ctx.plan.slices(16, None, 0)) == SLICES[name], "not sliced"
@@ -163,14 +188,18 @@ TASKS = Tasks()
 
 
 @TASKS.task
-def exact(*, parts: Path, transports: list[str]) -> dict[str, np.ndarray]:
-    """:func:`run_variants` and :func:`check_halo_exchange` over each transport."""
+def exact(
+    *, parts: Path, transports: list[str], precision: str = "32", variants: str = "all"
+) -> dict[str, np.ndarray]:
+    """:func:`run_variants` (at ``precision``, of the comma-separated ``variants``) and
+    :func:`check_halo_exchange` over each transport."""
     from fullgraph.partition import load_partition
 
+    names = None if variants == "all" else variants.split(",")
     result: dict[str, np.ndarray] = {}
     for transport, comm in communicators(transports):
         part = load_partition(parts, comm.rank)
-        got = run_variants(part, comm)
+        got = run_variants(part, comm, precision, names)
         got["halo_exchange_ok"] = np.asarray(check_halo_exchange(part, comm))
         result.update({f"{transport}/{k}": v for k, v in got.items()})
     return result

@@ -31,11 +31,14 @@ class LayerOptions:
         heads: attention heads of the hidden layers (GAT; concatenated).
         output_heads: attention heads of the last layer (GAT; averaged).
         attention_dropout: drop probability of the attention coefficients (GAT).
+        aggr: the neighbour aggregation, ``mean``, ``sum`` or ``max`` (SAGE, GraphConv);
+            ``None``: the kind's default (:meth:`GraphLayer.variant` resolves it).
     """
 
     heads: int = 1
     output_heads: int = 1
     attention_dropout: float = 0.0
+    aggr: str | None = None
 
 
 class GraphLayer(nn.Module):
@@ -82,6 +85,13 @@ class GraphLayer(nn.Module):
             options: per-kind options.
         """
         return cls(in_dim, width)
+
+    @classmethod
+    def variant(cls, options: LayerOptions | None) -> type[GraphLayer]:
+        """The class whose operator and traits (:attr:`precomputable`, :attr:`prunable`, ...)
+        a stack of this kind has under ``options``: ``cls`` itself but for the kinds whose
+        options change them (SAGE's and GraphConv's ``aggr``)."""
+        return cls
 
     @staticmethod
     def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:

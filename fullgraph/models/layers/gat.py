@@ -37,7 +37,6 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fullgraph.config import check_number, check_probability
@@ -48,6 +47,7 @@ from fullgraph.kernels.attention_graph import AttentionGraph
 from fullgraph.kernels.edge_attention import edge_attention
 from fullgraph.models.context import GraphContext
 from fullgraph.models.layers.base import GraphLayer, LayerOptions, register_layer, times_weight
+from fullgraph.models.mixed_linear import mixed_linear
 
 #: LeakyReLU's negative slope of the attention scores (PyG's default).
 NEGATIVE_SLOPE = 0.2
@@ -188,14 +188,18 @@ class GATLayer(GraphLayer):
         if distributed and self.exchanges_input:
             if isinstance(h, CSRMatrix):
                 raise TypeError("GAT exchanges its input here: give it dense rows")
-            rows = F.linear(torch.cat([h, HaloExchange.apply(h, plan)]), weight)
+            both = torch.cat([h, HaloExchange.apply(h, plan, plan.row_dtype)])
+            rows = mixed_linear(both, weight, plan.row_dtype)
             adst = None  # columns of rows
-        else:
-            rows = times_weight(h, weight)
+        else:  # bf16-mixed: a bfloat16 product, float32 rows and gradients (docs: Precision)
+            dense = not isinstance(h, CSRMatrix)
+            rows = mixed_linear(h, weight, plan.row_dtype) if dense else times_weight(h, weight)
             adst = None
             if distributed:
                 adst = rows[:, sent:]
-                rows = torch.cat([rows[:, :sent], HaloExchange.apply(rows[:, :sent], plan)])
+                bf16 = plan.row_dtype if dense else None  # rows of a bf16 product: lossless
+                halo = HaloExchange.apply(rows[:, :sent], plan, bf16)
+                rows = torch.cat([rows[:, :sent], halo])
         p = self.attention_dropout if training else 0.0
         keys = attention_keys(ctx.seed, epoch, index, self.heads) if p > 0 else None
         out = edge_attention(

@@ -2,6 +2,14 @@
 
 Degrees are the GLOBAL in-degrees plus one (the self-loop), so a rank's rows equal the rows of
 one process. Weights are Glorot-uniform, biases zero, as PyG initialises them.
+
+With edge weights and / or ``improved`` (:func:`weighted_gcn_operator`; PyG's ``gcn_norm`` with
+``edge_weight`` and ``improved=True``): ``Â = D^-1/2 (A_w + f I) D^-1/2`` with self-loop fill
+``f`` = 2 when improved, else 1, and ``D_v = f + sum of the weights of v's incoming edges`` over
+the WHOLE graph. A part stores every edge with its target's owner, so the inner rows' weights are
+local; the source (column) degrees of halo nodes come from the part's ``in_weight`` (the global
+weighted in-degree of every local node, written at partition time), so no set-up exchange is
+needed.
 """
 
 from __future__ import annotations
@@ -15,6 +23,40 @@ from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.graph_linear import graph_linear
 from fullgraph.models.layers.base import GraphLayer, register_layer
+
+
+def weighted_gcn_operator(
+    base: CSRMatrix,
+    in_weight: torch.Tensor,
+    num_inner: int,
+    edge_weight: torch.Tensor | None,
+    improved: bool,
+) -> CSRMatrix:
+    """``D^-1/2 (A_w + f I) D^-1/2`` over the rank's rows (PyG ``gcn_norm``).
+
+    Args:
+        base: the part's local CSR of incoming edges (no values; no self-loops stored).
+        in_weight: GLOBAL weighted in-degree of every local node without the self-loop, float64
+            [num_local] (the plain in-degree when there are no edge weights).
+        num_inner: rows.
+        edge_weight: weight of every stored edge, [nnz], in the order of ``base``; ``None``:
+            every weight 1.
+        improved: self-loop fill 2 instead of 1.
+
+    Returns:
+        The operator, rows = inner nodes, the self-loop last in every row.
+    """
+    fill = 2.0 if improved else 1.0
+    weights = torch.ones(base.nnz, dtype=torch.float64) if edge_weight is None else edge_weight
+    a = base.with_self_loops()
+    w = torch.full((a.nnz,), fill, dtype=torch.float64)
+    loop = a.indptr[1:] - 1
+    keep = torch.ones(a.nnz, dtype=torch.bool)
+    keep[loop] = False
+    w[keep] = weights.to(torch.float64)
+    deg = in_weight.to(torch.float64) + fill
+    inv = torch.where(deg > 0, deg.rsqrt(), torch.zeros_like(deg))
+    return a.with_values(inv[a.row_of_entry()] * w * inv[a.indices.to(torch.int64)])
 
 
 @register_layer

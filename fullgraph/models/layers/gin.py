@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.graph_linear import graph_linear
 from fullgraph.models.layers.base import GraphLayer, register_layer
+from fullgraph.models.mixed_linear import mixed_linear
 
 
 @register_layer
@@ -79,4 +79,4 @@ class GINLayer(GraphLayer):
         y = graph_linear(
             h, op, plan, lin1.weight, lin1.bias, root, precomputed=precomputed, rebuild=rebuild
         )
-        return F.linear(torch.relu_(y), lin2.weight, lin2.bias)
+        return mixed_linear(torch.relu_(y), lin2.weight, plan.row_dtype, lin2.bias)

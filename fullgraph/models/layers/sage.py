@@ -1,26 +1,54 @@
-"""The GraphSAGE layer with mean aggregation (PyG ``SAGEConv(aggr="mean")``):
-``Y = mean_{j in N(i)} H_j W_l + b_l + H_i W_r``.
+"""The GraphSAGE layer (PyG ``SAGEConv(aggr=...)``):
+``Y = aggr_{j in N(i)} H_j W_l + b_l + H_i W_r`` with ``aggr`` the mean (the default), the sum or
+the maximum over the incoming neighbours (``--aggr``; duplicates kept, no self-loop, as PyG).
 
 Weights use ``nn.Linear``'s default initialisation, as PyG's ``Linear`` with
 ``weight_initializer=None``; the root term has no bias.
+
+Distribution: the mean and the sum are linear, so the body is
+:func:`~fullgraph.models.graph_linear.graph_linear` on the kind's operator (the narrower
+exchange, the precomputed first aggregation, sparse input and pruning apply). The maximum does
+not commute with ``W_l``: the layer exchanges its INPUT's halo rows and takes the maximum over
+``[inner; halo]`` rows (:meth:`~fullgraph.models.context.GraphContext.aggregate_max`, ties to
+the lowest global id, so P ranks route every gradient as one process does); its stack has no
+operator, no precomputed aggregation, no sparse input and no pruning (:class:`SAGEMaxLayer`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from fullgraph.errors import ConfigError
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.graph_linear import graph_linear
-from fullgraph.models.layers.base import GraphLayer, register_layer
+from fullgraph.models.layers.base import GraphLayer, LayerOptions, register_layer
+
+#: The neighbour aggregations of ``--aggr``.
+AGGREGATIONS = ("mean", "sum", "max")
+
+
+def sum_operator(base: CSRMatrix) -> CSRMatrix:
+    """The plain sum over every row's incoming neighbours (every value 1)."""
+    return base.with_values(torch.ones(int(base.indices.numel()), dtype=torch.float32))
+
+
+def no_operator(base: CSRMatrix, num_inner: int) -> CSRMatrix:
+    """An operator without entries (the max layers read the edges, not an operator)."""
+    empty = torch.zeros(0, dtype=torch.int64)
+    return CSRMatrix(
+        torch.zeros(num_inner + 1, dtype=torch.int64), empty, empty.float(), base.num_cols
+    )
 
 
 @register_layer
 class SAGELayer(GraphLayer):
-    """``mean(H_N(i)) W_l + b_l + H_i W_r``.
+    """``aggr(H_N(i)) W_l + b_l + H_i W_r`` (the mean aggregation; see :meth:`variant`).
 
     Args:
         in_dim: input width.
@@ -28,17 +56,46 @@ class SAGELayer(GraphLayer):
 
     Shapes:
         - input: [num_inner, in_dim] -> [num_inner, out_dim]
+
+    Attributes:
+        lin: ``W_l``, ``b_l`` (PyG's ``lin_l``).
+        root: ``W_r``, no bias (PyG's ``lin_r``).
     """
 
     kind = "sage"
     fresh_input_grad = True
     prunable = True
     root_term = True
+    #: the aggregation of this class
+    aggr: ClassVar[str] = "mean"
+    #: the class of every aggregation of this kind (set below the classes)
+    VARIANTS: ClassVar[dict[str, type[SAGELayer]]] = {}
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__(in_dim, out_dim)
         self.lin = nn.Linear(in_dim, out_dim, bias=True)
         self.root = nn.Linear(in_dim, out_dim, bias=False)
+
+    @classmethod
+    def variant(cls, options: LayerOptions | None) -> type[GraphLayer]:
+        """The class of ``options.aggr`` (``None``: this kind's default).
+
+        Raises:
+            ConfigError: an aggregation this kind does not have.
+        """
+        aggr = options.aggr if options is not None else None
+        if aggr is None:
+            aggr = next(iter(cls.VARIANTS))  # the first is the default
+        if aggr not in cls.VARIANTS:
+            raise ConfigError(
+                f"--aggr {aggr}: --model {cls.kind} aggregates by {', '.join(cls.VARIANTS)}"
+            )
+        return cls.VARIANTS[aggr]
+
+    @classmethod
+    def build(cls, in_dim: int, width: int, *, last: bool, options: LayerOptions) -> GraphLayer:
+        """The layer of ``options.aggr`` (:meth:`variant`)."""
+        return cls.variant(options)(in_dim, width)
 
     @staticmethod
     def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:
@@ -56,7 +113,8 @@ class SAGELayer(GraphLayer):
         index: int = 0,
         rebuild: Callable[[], torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """``mean(h_N) W_l + b_l + h W_r`` (:func:`~fullgraph.models.graph_linear.graph_linear`)."""
+        """``aggr(h_N) W_l + b_l + h W_r`` (:func:`~fullgraph.models.graph_linear.graph_linear`
+        on the operator of the kind's aggregation)."""
         lin = self.lin
         op, plan = ctx.layer_graph(index, training)
         return graph_linear(
@@ -69,3 +127,57 @@ class SAGELayer(GraphLayer):
             precomputed=precomputed,
             rebuild=rebuild,
         )
+
+    def extra_repr(self) -> str:
+        return f"{self.in_dim}, {self.out_dim}, aggr={self.aggr}"
+
+
+class SAGESumLayer(SAGELayer):
+    """:class:`SAGELayer` with the sum over the incoming neighbours (PyG ``aggr="sum"``)."""
+
+    aggr = "sum"
+
+    @staticmethod
+    def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:
+        """The plain sum over every inner node's incoming neighbours (every value 1)."""
+        return sum_operator(base)
+
+
+class MaxAggregation:
+    """The traits and body of the max layers (mixed into a SAGE-like class): its input's halo
+    rows exchanged, the maximum over ``[inner; halo]`` rows, then ``M W_l + b_l + h W_r``."""
+
+    aggr = "max"
+    precomputable = False  # the stack reads the edges and local global ids (needs_structure)
+    prunable = False  # the pruned plans renumber the halo rows the maximum reads
+    fresh_input_grad = False
+
+    @staticmethod
+    def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:
+        """No operator: the maximum reads ``ctx.structure``."""
+        return no_operator(base, num_inner)
+
+    def forward(
+        self,
+        h: torch.Tensor | CSRMatrix,
+        ctx: GraphContext,
+        precomputed: torch.Tensor | None = None,
+        *,
+        epoch: int = 0,
+        training: bool = False,
+        index: int = 0,
+        rebuild: Callable[[], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """``max(h_N) W_l + b_l + h W_r`` (``precomputed`` and ``rebuild`` never apply)."""
+        if isinstance(h, CSRMatrix):
+            raise ConfigError("the max aggregation takes dense input features")
+        lin, root = self.lin, self.root
+        m = ctx.aggregate_max(h)
+        return F.linear(m, lin.weight, lin.bias).addmm_(h, root.weight.t())
+
+
+class SAGEMaxLayer(MaxAggregation, SAGELayer):
+    """:class:`SAGELayer` with the maximum over the incoming neighbours (PyG ``aggr="max"``)."""
+
+
+SAGELayer.VARIANTS = {"mean": SAGELayer, "sum": SAGESumLayer, "max": SAGEMaxLayer}
