@@ -10,6 +10,8 @@ from fullgraph.errors import DataError
 
 #: The split masks of a graph or a part, in the order messages name them.
 SPLITS = ("train_mask", "val_mask", "test_mask")
+#: The arrays of a :class:`Graph` on disk (the OGB reader's cache, ``verify``'s page drops).
+GRAPH_ARRAYS = ("indptr", "indices", "x", "y", *SPLITS, "edge_weight", "edge_attr")
 
 
 def first_overlap(masks: dict[str, np.ndarray]) -> tuple[str, str, int] | None:

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from fullgraph.atomic import atomic_dir, atomic_write_json
 from fullgraph.datasets.edges import edges_to_csr_with_values, index_to_mask
-from fullgraph.datasets.graph import Graph, first_overlap
+from fullgraph.datasets.graph import GRAPH_ARRAYS, Graph, first_overlap
 from fullgraph.datasets.ogb_writer import MARKER_FORMAT
 from fullgraph.datasets.paths import raw_dir
 from fullgraph.errors import DataError
@@ -37,17 +37,6 @@ log = logging.getLogger(__name__)
 #: Split schemes of OGB's node-property datasets, tried in this order when several exist.
 KNOWN_SCHEMES = ("time", "sales_history", "species", "random")
 _CACHE_VERSION = 1
-_ARRAYS = (
-    "indptr",
-    "indices",
-    "x",
-    "y",
-    "train_mask",
-    "val_mask",
-    "test_mask",
-    "edge_weight",
-    "edge_attr",
-)
 
 #: Optional per-edge files of ``raw/``, one row per line of ``edge.csv.gz`` (OGB's
 #: ``edge_feat.csv.gz`` of ogbn-proteins; ``edge_weight.csv.gz`` as ogbl-collab names it).
@@ -258,7 +247,7 @@ def _load_cache(cache: Path, key: dict, mmap: bool) -> dict | None:
             return None
         mode = "r" if mmap else None
         arrays = {}
-        for a in _ARRAYS:
+        for a in GRAPH_ARRAYS:
             p = cache / f"{a}.npy"
             arrays[a] = np.load(p, mmap_mode=mode) if p.exists() else None
         return arrays

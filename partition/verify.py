@@ -7,7 +7,7 @@ import os
 import numpy as np
 from tqdm import tqdm
 
-from fullgraph.datasets.graph import Graph
+from fullgraph.datasets.graph import GRAPH_ARRAYS, Graph
 from fullgraph.errors import PartitionError
 from fullgraph.partition.format import (
     EDGE_ARRAYS,
@@ -19,19 +19,6 @@ from fullgraph.partition.format import (
 )
 from fullgraph.partition.load import Partition, load_partition
 from fullgraph.resources import drop_resident_pages
-
-#: The graph arrays :func:`verify_partitions` reads (their mapped pages are dropped per part).
-GRAPH_ARRAYS = (
-    "indptr",
-    "indices",
-    "x",
-    "y",
-    "train_mask",
-    "val_mask",
-    "test_mask",
-    "edge_weight",
-    "edge_attr",
-)
 
 
 def _fail(part: Partition, msg: str) -> PartitionError:

@@ -22,7 +22,7 @@ from fullgraph.distributed.halo import HaloExchange
 from fullgraph.errors import ConfigError
 from fullgraph.kernels.attention_dropout import attention_keep, attention_keys
 from fullgraph.pyg.part_data import SUM, PartGraph
-from fullgraph.pyg.twins import _context
+from fullgraph.pyg.twins import GINConvTwin, _context
 
 
 def _with_halo(rows: torch.Tensor, part: PartGraph) -> torch.Tensor:
@@ -31,7 +31,7 @@ def _with_halo(rows: torch.Tensor, part: PartGraph) -> torch.Tensor:
     return torch.cat([rows, HaloExchange.apply(rows, plan)]) if plan.comm.size > 1 else rows
 
 
-class GINEConvTwin(nn.Module):
+class GINEConvTwin(GINConvTwin):
     """``GINEConv`` on the rank's rows: ``nn((1 + eps) X_i + sum_j ReLU(X_j + lin(e_ji)))``.
 
     Args:
@@ -39,19 +39,9 @@ class GINEConvTwin(nn.Module):
         part: the rank's part.
     """
 
-    #: Children :func:`fullgraph.pyg.distribute` converts in turn.
-    CONVERT_CHILDREN = ("nn",)
-
     def __init__(self, conv: nn.Module, part: PartGraph) -> None:
-        super().__init__()
-        self.nn = conv.nn
-        self.initial_eps = conv.initial_eps
-        if isinstance(conv.eps, nn.Parameter):
-            self.eps = conv.eps
-        else:
-            self.register_buffer("eps", conv.eps)
+        super().__init__(conv, part)
         self.lin = conv.lin
-        self._part = part
 
     def forward(
         self, x: torch.Tensor, edge_index: Any, edge_attr: Any = None, size: Any = None
@@ -78,9 +68,6 @@ class GINEConvTwin(nn.Module):
         messages = torch.relu(_with_halo(x, self._part)[src] + e)
         out = torch.zeros_like(x).index_add(0, dst, messages)
         return self.nn(out + (1 + self.eps) * x)
-
-    def extra_repr(self) -> str:
-        return f"eps={self.initial_eps}, train_eps={isinstance(self.eps, nn.Parameter)}"
 
 
 def _self_loop_attr(e: torch.Tensor, dst: torch.Tensor, rows: int, fill: Any) -> torch.Tensor:
