@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 
+from side_by_side import losses_side_by_side  # noqa: E402
 from test_pyg_parity import _hub_graph  # noqa: E402
 
 from fullgraph import pyg  # noqa: E402
@@ -148,22 +149,7 @@ def test_model_losses_equal_a_plain_pyg_model(graph: Graph, spec: tuple) -> None
     )
     tr = Trainer(whole_graph_part(graph), Communicator(), cfg, RunOptions(quiet=True))
     ref = _PygModel(spec, tr.model)
-    first = list(ref.convs[0].parameters())
-    rest = [p for c in ref.convs[1:] for p in c.parameters()]
-    opt = torch.optim.Adam(
-        [{"params": first, "weight_decay": cfg.weight_decay}, {"params": rest}], lr=cfg.lr
-    )
-    data = to_pyg(graph)
-    train = torch.from_numpy(graph.train_mask)
-    y = torch.from_numpy(graph.y)
-    ours, theirs = [], []
-    for epoch in range(1, 6):
-        ours.append(tr.train_step(epoch).loss)
-        opt.zero_grad()
-        loss = F.cross_entropy(ref(data.x, data.edge_index)[train], y[train])
-        loss.backward()
-        opt.step()
-        theirs.append(float(loss.detach()))
+    ours, theirs = losses_side_by_side(tr, ref, graph)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
 

@@ -17,6 +17,8 @@ import torch.nn.functional as F
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 
+from side_by_side import losses_side_by_side  # noqa: E402
+
 from fullgraph.datasets import Graph, load, to_pyg  # noqa: E402
 from fullgraph.distributed import Communicator  # noqa: E402
 from fullgraph.distributed.halo import HaloPlan, SplitOperator  # noqa: E402
@@ -144,20 +146,5 @@ def test_model_losses_equal_a_plain_pyg_model(graph: Graph, kind: str) -> None:
     for a, b in zip(tr.model.layers, ref.convs, strict=True):  # float32 copies of the weights
         src = _pyg_layer(kind, a).float()
         b.load_state_dict(src.state_dict())
-    first = list(ref.convs[0].parameters())
-    rest = [p for c in ref.convs[1:] for p in c.parameters()]
-    opt = torch.optim.Adam(
-        [{"params": first, "weight_decay": cfg.weight_decay}, {"params": rest}], lr=cfg.lr
-    )
-    data = to_pyg(graph)
-    train = torch.from_numpy(graph.train_mask)
-    y = torch.from_numpy(graph.y)
-    ours, theirs = [], []
-    for epoch in range(1, 6):
-        ours.append(tr.train_step(epoch).loss)
-        opt.zero_grad()
-        loss = F.cross_entropy(ref(data.x, data.edge_index)[train], y[train])
-        loss.backward()
-        opt.step()
-        theirs.append(float(loss.detach()))
+    ours, theirs = losses_side_by_side(tr, ref, graph)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
