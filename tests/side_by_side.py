@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from fullgraph.datasets import Graph, to_pyg
+
+
+class PygStack(torch.nn.Module):
+    """A plain PyG model: the given convolutions with ReLU between them."""
+
+    def __init__(self, convs: Iterable[torch.nn.Module]) -> None:
+        super().__init__()
+        self.convs = torch.nn.ModuleList(convs)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+        return x
 
 
 def losses_side_by_side(

@@ -191,7 +191,8 @@ def _gcn(path: str, conv: Any, c: _Conversion) -> nn.Module:
     return GCNConvTwin(conv, c.part)
 
 
-def _gine(path: str, conv: Any, c: _Conversion) -> nn.Module:
+def _check_sum_flow(path: str, conv: Any) -> None:
+    """GIN's and GINE's options: the sum over incoming neighbours only."""
     _check(
         path,
         conv,
@@ -201,6 +202,10 @@ def _gine(path: str, conv: Any, c: _Conversion) -> nn.Module:
         ),
         "is not supported",
     )
+
+
+def _gine(path: str, conv: Any, c: _Conversion) -> nn.Module:
+    _check_sum_flow(path, conv)
     return GINEConvTwin(conv, c.part)
 
 
@@ -284,15 +289,7 @@ def _gat_edges(path: str, conv: Any, c: _Conversion) -> nn.Module:
 
 
 def _gin(path: str, conv: Any, c: _Conversion) -> nn.Module:
-    _check(
-        path,
-        conv,
-        (
-            (f"aggr={conv.aggr!r}", conv.aggr != "add"),
-            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
-        ),
-        "is not supported",
-    )
+    _check_sum_flow(path, conv)
     return GINConvTwin(conv, c.part)
 
 

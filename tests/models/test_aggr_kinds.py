@@ -11,11 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 
-from side_by_side import losses_side_by_side  # noqa: E402
+from side_by_side import PygStack, losses_side_by_side  # noqa: E402
 from test_pyg_parity import _hub_graph  # noqa: E402
 
 from fullgraph import pyg  # noqa: E402
@@ -127,19 +126,6 @@ def test_pyg_twin_equals_the_pyg_layer(graph: Graph, cls: str, aggr: str, widths
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-6, msg=name)
 
 
-class _PygModel(torch.nn.Module):
-    def __init__(self, spec: tuple, trainer_model: torch.nn.Module) -> None:
-        super().__init__()
-        self.convs = torch.nn.ModuleList(_pyg_layer(spec, layer) for layer in trainer_model.layers)
-
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        for i, conv in enumerate(self.convs):
-            x = conv(x, edge_index)
-            if i < len(self.convs) - 1:
-                x = F.relu(x)
-        return x
-
-
 @pytest.mark.parametrize("spec", [s for s in KINDS if s[1] != "mean"], ids=lambda s: s[0] + s[1])
 def test_model_losses_equal_a_plain_pyg_model(graph: Graph, spec: tuple) -> None:
     """Five Adam epochs from the same weights, no dropout, weight decay on the first layer."""
@@ -148,7 +134,7 @@ def test_model_losses_equal_a_plain_pyg_model(graph: Graph, spec: tuple) -> None
         model=kind, aggr=aggr, layers=2, hidden=16, dropout=0.0, lr=0.01, epochs=5, seed=1
     )
     tr = Trainer(whole_graph_part(graph), Communicator(), cfg, RunOptions(quiet=True))
-    ref = _PygModel(spec, tr.model)
+    ref = PygStack(_pyg_layer(spec, layer) for layer in tr.model.layers)
     ours, theirs = losses_side_by_side(tr, ref, graph)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 

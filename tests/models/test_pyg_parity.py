@@ -13,11 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 
-from side_by_side import losses_side_by_side  # noqa: E402
+from side_by_side import PygStack, losses_side_by_side  # noqa: E402
 
 from fullgraph.datasets import Graph, load, to_pyg  # noqa: E402
 from fullgraph.distributed import Communicator  # noqa: E402
@@ -122,27 +121,12 @@ def test_layer_equals_pyg(graph: Graph, kind: str, widths: tuple[int, int]) -> N
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
-class _PygModel(torch.nn.Module):
-    """The plain PyG model: ``layers`` convolutions with ReLU between them."""
-
-    def __init__(self, kind: str, trainer_model: torch.nn.Module) -> None:
-        super().__init__()
-        self.convs = torch.nn.ModuleList(_pyg_layer(kind, layer) for layer in trainer_model.layers)
-
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        for i, conv in enumerate(self.convs):
-            x = conv(x, edge_index)
-            if i < len(self.convs) - 1:
-                x = F.relu(x)
-        return x
-
-
 @pytest.mark.parametrize("kind", ["gcn", "sage", "gin"])
 def test_model_losses_equal_a_plain_pyg_model(graph: Graph, kind: str) -> None:
     """Five Adam epochs from the same weights, no dropout, weight decay on the first layer."""
     cfg = TrainConfig(model=kind, layers=2, hidden=16, dropout=0.0, lr=0.01, epochs=5, seed=1)
     tr = Trainer(whole_graph_part(graph), Communicator(), cfg, RunOptions(quiet=True))
-    ref = _PygModel(kind, tr.model).float()
+    ref = PygStack(_pyg_layer(kind, layer) for layer in tr.model.layers).float()
     for a, b in zip(tr.model.layers, ref.convs, strict=True):  # float32 copies of the weights
         src = _pyg_layer(kind, a).float()
         b.load_state_dict(src.state_dict())
