@@ -397,20 +397,29 @@ def aggregate_rows(
         return _aggregate_bf16(h, op, plan, key)
     if plan.comm.size == 1:
         return spmm(op.inner, h)
+    return _overlapped(h, plan, key, lambda: spmm(op.inner, h), op.add_halo_product)
+
+
+def _overlapped(
+    h: torch.Tensor,
+    plan: HaloPlan,
+    key: tuple[int, int] | None,
+    inner: Callable[[], torch.Tensor],
+    add: Callable[[torch.Tensor, torch.Tensor, ExchangeSlice], object],
+) -> torch.Tensor:
+    """``y = inner()`` while the first slice of ``h``'s halo rows is in flight, then
+    ``add(y, halo, slice)`` for every slice as it lands, the next one in flight meanwhile (at
+    most two slices' buffers alive at any time); returns ``y``."""
     pieces = plan.slices(int(h.shape[1]), key, FORWARD)
-
-    def start(k: int) -> PendingExchange | DecodingExchange:
-        return plan.start_forward(h, key, pieces[k])
-
-    pending: PendingExchange | DecodingExchange | None = start(0)
-    y = spmm(op.inner, h)
+    pending: PendingExchange | DecodingExchange | None = plan.start_forward(h, key, pieces[0])
+    y = inner()
     for k, piece in enumerate(pieces):
-        following = start(k + 1) if k + 1 < len(pieces) else None
+        following = plan.start_forward(h, key, pieces[k + 1]) if k + 1 < len(pieces) else None
         assert pending is not None
         halo = pending.wait()
         pending = following
-        op.add_halo_product(y, halo, piece)
-        del halo  # at most two slices' buffers are alive at any time
+        add(y, halo, piece)
+        del halo  # released before the next slice is received
     return y
 
 
@@ -424,20 +433,12 @@ def _aggregate_bf16(
     partial = torch.empty((rows.numel(), h.shape[1]), dtype=torch.float64, device=h.device)
     if plan.comm.size == 1:
         return spmm_exact(op.inner, h, slot, partial)
-    pieces = plan.slices(int(h.shape[1]), key, FORWARD)
 
-    def start(k: int) -> PendingExchange | DecodingExchange:
-        return plan.start_forward(h, key, pieces[k])
+    def add(y: torch.Tensor, halo: torch.Tensor, piece: ExchangeSlice) -> None:
+        # a compressed exchange decodes to float32: round it as the sender's rows were
+        op.add_halo_partial(partial, plan.rows_in(halo), piece)
 
-    pending: PendingExchange | DecodingExchange | None = start(0)
-    y = spmm_exact(op.inner, h, slot, partial)
-    for k, piece in enumerate(pieces):
-        following = start(k + 1) if k + 1 < len(pieces) else None
-        assert pending is not None
-        halo = plan.rows_in(pending.wait())  # a compressed exchange decodes to float32
-        pending = following
-        op.add_halo_partial(partial, halo, piece)
-        del halo  # at most two slices' buffers are alive at any time
+    y = _overlapped(h, plan, key, lambda: spmm_exact(op.inner, h, slot, partial), add)
     if rows.numel():
         y.index_copy_(0, rows, partial.float())
     return y
