@@ -50,10 +50,13 @@ def _context(
     edge_index: Any,
     *,
     options: LayerOptions | None = None,
+    edge_weight: bool = False,
+    improved: bool = False,
     **unused: Any,
 ) -> GraphContext:
     """The context of ``twin``'s part after checking the call (rows, edge_index, options);
-    ``options`` are the layer options of ``kind`` (:data:`MAX`: the maximum's context)."""
+    ``options`` are the layer options of ``kind`` (:data:`MAX`: the maximum's context),
+    ``edge_weight`` and ``improved`` the ``gcn`` operator's (:meth:`PartGraph.context`)."""
     name = type(twin).__name__
     part: PartGraph = twin._part
     if edge_index is not part:
@@ -65,7 +68,7 @@ def _context(
     if given:
         raise ConfigError(f"{name}: {', '.join(given)} is not supported by the distributed layer")
     part.check_rows(x, name)
-    return part.context(kind, x, options=options)
+    return part.context(kind, x, options=options, edge_weight=edge_weight, improved=improved)
 
 
 #: The layer options of a context for the maximum over neighbours (edges and local global ids).
@@ -142,11 +145,9 @@ class GCNConvTwin(nn.Module):
         name = type(self).__name__
         if edge_weight is not None:
             self._part.check_edge_values(edge_weight, "edge_weight", name)
-        ctx = _context(self, "gcn", x, edge_index)
         weighted = edge_weight is not None
         improved = self.improved and (weighted or _improved_without_weights())
-        if weighted or improved:
-            ctx = self._part.context("gcn", x, edge_weight=weighted, improved=improved)
+        ctx = _context(self, "gcn", x, edge_index, edge_weight=weighted, improved=improved)
         return _aggregate_linear(ctx, x, self.lin.weight, self.bias)
 
     def extra_repr(self) -> str:
