@@ -50,13 +50,14 @@ def _context(
     edge_index: Any,
     *,
     options: LayerOptions | None = None,
-    edge_weight: bool = False,
+    weighted: bool = False,
     improved: bool = False,
     **unused: Any,
 ) -> GraphContext:
     """The context of ``twin``'s part after checking the call (rows, edge_index, options);
     ``options`` are the layer options of ``kind`` (:data:`MAX`: the maximum's context),
-    ``edge_weight`` and ``improved`` the ``gcn`` operator's (:meth:`PartGraph.context`)."""
+    ``weighted`` and ``improved`` the ``gcn`` operator's (:meth:`PartGraph.context`'s
+    ``edge_weight`` and ``improved``); ``unused`` the call's arguments the twin refuses."""
     name = type(twin).__name__
     part: PartGraph = twin._part
     if edge_index is not part:
@@ -68,7 +69,7 @@ def _context(
     if given:
         raise ConfigError(f"{name}: {', '.join(given)} is not supported by the distributed layer")
     part.check_rows(x, name)
-    return part.context(kind, x, options=options, edge_weight=edge_weight, improved=improved)
+    return part.context(kind, x, options=options, edge_weight=weighted, improved=improved)
 
 
 #: The layer options of a context for the maximum over neighbours (edges and local global ids).
@@ -147,7 +148,7 @@ class GCNConvTwin(nn.Module):
             self._part.check_edge_values(edge_weight, "edge_weight", name)
         weighted = edge_weight is not None
         improved = self.improved and (weighted or _improved_without_weights())
-        ctx = _context(self, "gcn", x, edge_index, edge_weight=weighted, improved=improved)
+        ctx = _context(self, "gcn", x, edge_index, weighted=weighted, improved=improved)
         return _aggregate_linear(ctx, x, self.lin.weight, self.bias)
 
     def extra_repr(self) -> str:
