@@ -382,6 +382,9 @@ class RankReplay:
             self.exchange(
                 "precompute", F, S, h, None, [("first aggregate", "features", F32 * n * F)]
             )
+            if self.bf16:  # kept in bf16 (the dtype its product reads)
+                led.add("first aggregate bf16", "features", BF16 * n * F)
+                led.drop("first aggregate")
         led.add("nonzero count", "working", n * F)  # (x != 0), the sparse-input test
         led.drop("nonzero count")
         # the caller lets the part go: its ids, CSR and degrees leave (x, labels stay shared)
@@ -569,11 +572,9 @@ class RankReplay:
                 led.add(f"M{i}", term, BF16 * n * d)
                 led.drop(f"M{i} f32")
                 saved.append(f"M{i}")
-            else:  # the precomputed float32 aggregation, read in bf16
-                led.add(f"M{i} bf16", "working", BF16 * n * d)
             led.add(f"Y{i} bf16", "working", BF16 * n * o)
             led.add(f"Y{i}", "working", F32 * n * o)
-            led.drop(f"Y{i} bf16", f"M{i} bf16")
+            led.drop(f"Y{i} bf16")
             keep_h = self.root and not (i == 0 and rebuild)
         if self.root:  # h R^T in bf16, added
             led.add(f"root{i}", "working", BF16 * n * o)
@@ -606,7 +607,7 @@ class RankReplay:
             led.add("dY body", "working", F32 * n * o)
             led.drop("dR")
             led.rename("dY body", "dY")
-        if i > 0:
+        if i > 0 and not (self.bf16 and tf):
             led.add("dh", "working", F32 * n * d)
         if i == 0 and rebuild and (tf or self.root):  # hashed_dropout again: mask, then rows
             led.add("dropout mask", "working", F32 * n * self.dims[0])
@@ -615,7 +616,17 @@ class RankReplay:
         if self.bf16 and not tf:  # dW = dY^T M with the bf16 M widened
             led.add("M f32", "working", F32 * n * d)
             led.drop("M f32")
-        if tf:  # rows of A^T dY a block at a time, received rows in blocks too
+        boundary = min(n, S)  # rows other ranks return partial sums for (at most S)
+        if tf and self.bf16:  # G = A^T dY whole: bf16 dY, float64 sums of boundary rows
+            led.add("dY bf16", "working", BF16 * n * o)
+            inner = [("G", "working", F32 * n * o), ("G partial", "working", F64 * boundary * o)]
+            self.exchange(f"bwd{i}", o, h, S, codec, inner)
+            led.add("G partial f32", "working", F32 * boundary * o)
+            led.drop("G partial", "G partial f32")
+            if i > 0:  # dh = G W in row blocks (the bf16 block and product are block-sized)
+                led.add("dh", "working", F32 * n * d)
+            led.drop("G", "dY bf16")
+        elif tf:  # rows of A^T dY a block at a time, received rows in blocks too
             rows = BLOCK_ELEMENTS // max(o, 1)
             inner = [("dY^T A block", "working", F32 * o * min(n, rows))]
             self.exchange(f"bwd{i}", o, h, S, codec, inner)
@@ -623,6 +634,18 @@ class RankReplay:
                 rows = BLOCK_ELEMENTS // max(o, d, 1)
                 led.add("received-row blocks", "working", 2 * F32 * max(o, d) * min(S, rows))
             led.drop("dY^T A block", "received-row blocks")
+        elif i > 0 and self.bf16:  # dM = dY W in bf16, A^T dM summed exactly (boundary
+            led.add("dY bf16", "working", BF16 * n * o)  # rows in float64)
+            led.add("dM", "working", BF16 * n * d)
+            led.drop("dY bf16")
+            inner = [
+                ("A^T dM", "working", F32 * n * d),
+                ("dM partial", "working", F64 * boundary * d),
+            ]
+            self.exchange(f"bwd{i}", d, h, S, codec, inner)
+            led.add("dM partial f32", "working", F32 * boundary * d)
+            led.drop("dM partial", "dM partial f32", "dM", "dh")
+            led.rename("A^T dM", "dh")
         elif i > 0:  # dM = dY W, then A^T dM with the reverse exchange
             led.add("dM", "working", F32 * n * d)
             self.exchange(f"bwd{i}", d, h, S, codec, [("A^T dM", "working", F32 * n * d)])

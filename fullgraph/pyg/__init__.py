@@ -16,6 +16,9 @@ A single-process PyG script becomes a P-rank one by changing five lines
   ``GCN`` / ``GraphSAGE`` / ``GAT`` / ``GIN`` models, refuses the rest naming the layer and why
   (the rules: ``convert.RULES``, the table of ``docs/pyg.md``); the converted model sums its
   gradients over the ranks at the end of every backward pass (:mod:`~fullgraph.pyg.runtime`).
+  ``distribute(model, data, precision="bf16-mixed")`` (or ``"32"``, ``"auto"``) runs its
+  weight products and aggregations on bfloat16 inputs, exactly across ranks (docs/pyg.md,
+  "Precision").
 - While its forward pass runs, ``F.dropout``, ``torch.dropout`` and ``nn.Dropout`` draw hashed
   masks (P ranks drop what one process drops) and other random draws are refused
   (:mod:`~fullgraph.pyg.functional`).

@@ -22,6 +22,7 @@ of ``docs/pyg.md`` (a test compares them).
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from torch import nn
 
 from fullgraph.errors import ConfigError
 from fullgraph.models.layers import layer_kinds
+from fullgraph.precision import compute_dtype, resolve_precision
 from fullgraph.pyg.edge_twins import GATConvEdgeTwin, GINEConvTwin
 from fullgraph.pyg.part_data import PartGraph, part_graph_of
 from fullgraph.pyg.runtime import ModelRun
@@ -597,7 +599,7 @@ def support_table() -> str:
     return "\n".join(lines) + "\n\n" + calls_table()
 
 
-def distribute(model: nn.Module, data: Any) -> nn.Module:
+def distribute(model: nn.Module, data: Any, *, precision: str = "32") -> nn.Module:
     """Convert ``model`` in place to compute this rank's rows of what it computes on one process.
 
     Supported layers are replaced by distributed twins holding the same parameter objects (the
@@ -610,21 +612,43 @@ def distribute(model: nn.Module, data: Any) -> nn.Module:
     Args:
         model: a PyG model (see :mod:`fullgraph.pyg.convert` for what it may hold).
         data: this rank's part (:func:`fullgraph.pyg.load_part`).
+        precision: ``"32"`` (float32), ``"bf16-mixed"`` (the forward pass's weight products
+            and aggregations read bfloat16, forward halo rows travel in bfloat16; parameters,
+            gradients, optimiser state, loss and the output stay float32:
+            :func:`fullgraph.pyg.functional.mixed_linear_call`) or ``"auto"`` (bf16-mixed
+            where the device of ``data.x`` computes bfloat16, else 32, saying so on rank 0),
+            as ``fullgraph train --precision``. The resolved value is
+            ``model.fullgraph_precision``. Every model of one part runs at one precision (the
+            part's halo plan carries it).
 
     Returns:
         The converted model (``model`` itself unless ``model`` is a single supported layer).
 
     Raises:
-        ConfigError: a module that cannot be distributed exactly (its path, class and why; on
-            every rank alike when any rank refuses), or a model already converted for another
-            part.
+        ConfigError: an unknown ``precision``, or ``bf16-mixed`` on a device without bfloat16
+            (the line of ``fullgraph train``, before anything is converted), a module that
+            cannot be distributed exactly (its path, class and why), each on every rank alike
+            when any rank refuses; a model already converted for another part or precision,
+            or a part whose models run at another precision.
     """
     part = part_graph_of(data, "fullgraph.pyg.distribute")
+    precision = _agreed_precision(part, precision, _device_of(data))
     done = getattr(model, "_fullgraph_run", None)
     if done is not None:
         if done.part is not part:
             raise ConfigError("distribute: the model was already converted for another part")
+        if done.precision != precision:
+            raise ConfigError(
+                f"distribute: the model was already converted at precision {done.precision!r}, "
+                f"not {precision!r}"
+            )
         return model
+    if part.precision not in (None, precision):
+        raise ConfigError(
+            f"distribute: precision {precision!r}, but this part's models run at "
+            f"{part.precision!r} (its halo plan carries the precision): convert every model of "
+            f"a part at one precision, or load_part again for another"
+        )
     conversion = _Conversion(part)
 
     def convert(module: nn.Module, path: str) -> nn.Module:
@@ -644,24 +668,61 @@ def distribute(model: nn.Module, data: Any) -> nn.Module:
     except ConfigError as error:
         refused = error
     _agree(part, refused)
+    part.precision = precision
+    part.plan.row_dtype = compute_dtype(precision)  # aggregations and halo rows in bfloat16
     _broadcast_state(model, part)
-    model._fullgraph_run = ModelRun(model, part)
+    model._fullgraph_run = ModelRun(model, part, precision)
+    model.fullgraph_precision = precision
     return model
 
 
-def _agree(part: PartGraph, refused: ConfigError | None) -> None:
-    """Raise alike on every rank when any rank refused the model (a collective with several).
+def _device_of(data: Any) -> str:
+    """The device type of the part's rows (``data.x``), where the products run; ``cpu``
+    when ``data`` holds no rows."""
+    x = getattr(data, "x", None)
+    return x.device.type if isinstance(x, torch.Tensor) else "cpu"
+
+
+def _agreed_precision(part: PartGraph, requested: Any, device: str) -> str:
+    """``requested`` resolved on ``device`` (:func:`~fullgraph.precision.resolve_precision`)
+    and agreed by the ranks (a collective with several): ``auto`` is bf16-mixed only where
+    every rank has bfloat16; rank 0 prints the line of an ``auto`` that fell back to 32.
+
+    Raises:
+        ConfigError: an unknown value, or ``bf16-mixed`` without bfloat16 on some rank (the
+            first rank's line in rank order, on every rank alike).
+    """
+    if requested is None or type(requested) is int:  # None: the default; 32 as Lightning
+        requested = "32" if requested is None else str(requested)
+    resolved, note, refused = None, None, None
+    try:
+        resolved, note = resolve_precision(requested, device)
+    except ConfigError as error:
+        refused = error
+    values = _agree(part, refused, resolved)
+    if "32" in values and resolved != "32":  # auto, and another rank has no bfloat16
+        resolved = "32"
+        rank = values.index("32")
+        note = f"--precision auto: rank {rank} has no bfloat16 support; training in float32"
+    if note is not None and part.comm.rank == 0:
+        print(f"fullgraph.pyg: {note}", file=sys.stderr, flush=True)
+    assert resolved is not None
+    return resolved
+
+
+def _agree(part: PartGraph, refused: ConfigError | None, value: Any = None) -> list[Any]:
+    """Raise alike on every rank when any rank refused (a collective with several ranks);
+    else return every rank's ``value``, in rank order.
 
     Raises:
         ConfigError: the first refusal in rank order, marked ``alike`` (printed once, by rank
             0, by the one-line hook of :func:`fullgraph.pyg.load_part`).
     """
-    messages = [None if refused is None else str(refused)]
-    if part.comm.size > 1:
-        messages = part.comm.allgather_object(messages[0])
-    first = next((m for m in messages if m is not None), None)
+    mine = (None if refused is None else str(refused), value)
+    gathered = [mine] if part.comm.size == 1 else part.comm.allgather_object(mine)
+    first = next((m for m, _ in gathered if m is not None), None)
     if first is None:
-        return
+        return [v for _, v in gathered]
     error = refused if refused is not None and str(refused) == first else ConfigError(first)
     error.alike = True  # type: ignore[attr-defined]
     raise error

@@ -7,6 +7,12 @@ owners (:class:`~fullgraph.distributed.halo.HaloExchange`, whose backward return
 gradients). The per-edge work then runs on this rank's edges with plain torch operations
 (memory ``O(edges x width)``; no fused kernel yet), in the order of the part's edges, which is the
 whole graph's order of each row's edges, so P ranks compute what one process computes.
+
+Under ``precision="bf16-mixed"`` their linear maps (``lin``, ``lin_edge``, ``res``, the ``nn`` of
+``GINEConv``) run their products in bfloat16 (:mod:`fullgraph.pyg.functional`), ``GATConv``'s
+projected halo rows travel in bfloat16 (a bfloat16 product's rows: nothing lost), and the
+per-edge messages, the attention softmax and the sums over edges stay float32 (as the ``gat``
+layer kind's edge softmax).
 """
 
 from __future__ import annotations
@@ -25,10 +31,16 @@ from fullgraph.pyg.part_data import SUM, PartGraph
 from fullgraph.pyg.twins import GINConvTwin, _context
 
 
-def _with_halo(rows: torch.Tensor, part: PartGraph) -> torch.Tensor:
-    """``rows`` of the inner nodes followed by those of the halo nodes (from their owners)."""
+def _with_halo(
+    rows: torch.Tensor, part: PartGraph, send_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """``rows`` of the inner nodes followed by those of the halo nodes (from their owners);
+    ``send_dtype`` (bf16-mixed: the rows of a bfloat16 product, which it holds exactly) is the
+    dtype they travel in."""
     plan = part.plan
-    return torch.cat([rows, HaloExchange.apply(rows, plan)]) if plan.comm.size > 1 else rows
+    if plan.comm.size == 1:
+        return rows
+    return torch.cat([rows, HaloExchange.apply(rows, plan, send_dtype)])
 
 
 class GINEConvTwin(GINConvTwin):
@@ -130,8 +142,10 @@ class GATConvEdgeTwin(nn.Module):
             self, SUM, x, edge_index, size=size, return_attention_weights=return_attention_weights
         )
         H, C, ni = self.heads, self.out_channels, x.shape[0]
-        xw = self.lin(x).view(ni, H, C)
-        rows = _with_halo(xw.reshape(ni, H * C), part).view(-1, H, C)
+        xw = self.lin(x).view(ni, H, C)  # bf16-mixed: a bfloat16 product, widened
+        lossless = x.dtype == torch.float32 and self.lin.bias is None
+        send = part.plan.row_dtype if lossless else None
+        rows = _with_halo(xw.reshape(ni, H * C), part, send).view(-1, H, C)
         src, dst = part.edges(x.device)
         keep = src != dst  # PyG removes existing self-loops (and their features) first
         src, dst = src[keep], dst[keep]

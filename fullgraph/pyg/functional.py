@@ -13,6 +13,12 @@ makes, the user's and PyG's alike, so a script keeps its calls as written:
 - the calls that draw from torch's generator (:data:`DRAWS`: ``torch.rand``,
   ``F.alpha_dropout``, ``Tensor.bernoulli_``, ...) are refused in a training pass, at the call,
   with one line naming it: their draws differ between ranks;
+- under ``precision="bf16-mixed"`` (the part's plan has ``row_dtype`` bfloat16),
+  ``F.linear`` (``nn.Linear``, PyG's ``Linear``, the twins' own products) of float32 input and
+  weight runs its product in bfloat16 with a float32 output and backward
+  (:func:`mixed_linear_call`, :func:`~fullgraph.models.mixed_linear.mixed_linear`): the rule
+  ``fullgraph train``'s layers follow, made for every weight product of the user's model as
+  ``torch.autocast`` would, but with the float32 backward that keeps P ranks exact;
 - every other call runs unchanged.
 
 The table of the docs (``docs/pyg.md``) is :func:`calls_table`, generated from :data:`DROPOUTS`
@@ -34,6 +40,7 @@ from torch.overrides import TorchFunctionMode
 
 from fullgraph.errors import ConfigError
 from fullgraph.models.dropout import hashed_dropout
+from fullgraph.models.mixed_linear import mixed_linear
 
 
 def _binder(*names: str) -> Callable[[tuple, dict[str, Any]], tuple[Any, float, bool, bool]]:
@@ -163,22 +170,53 @@ def drop(part: Any, x: torch.Tensor, p: float, training: bool, name: str) -> tor
     return hashed_dropout(rows, ids, p, part.seed, part.step, stream).view_as(x)
 
 
+def mixed_linear_call(args: tuple, kwargs: dict[str, Any], dtype: torch.dtype) -> Any:
+    """``F.linear(input, weight, bias)`` with its product in ``dtype`` (bfloat16: float32
+    accumulation, the output widened to float32, bias added in float32) and a float32 backward
+    (:func:`~fullgraph.models.mixed_linear.mixed_linear`), when ``input`` and ``weight`` are
+    float32; any other call (a product already in bfloat16, float64) runs as it is.
+
+    Args:
+        args: the call's positional arguments (``input, weight[, bias]``).
+        kwargs: its keyword arguments.
+        dtype: the product's dtype (the plan's ``row_dtype``).
+    """
+    got = dict(zip(("input", "weight", "bias"), args, strict=False)) | kwargs
+    x, weight, bias = got.get("input"), got.get("weight"), got.get("bias")
+    if not (
+        isinstance(x, torch.Tensor)
+        and isinstance(weight, torch.Tensor)
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and weight.dim() == 2
+        and x.dim() >= 1
+    ):
+        return F.linear(*args, **kwargs)
+    rows = x.reshape(-1, x.shape[-1])  # the product's backward takes 2-D rows
+    out = mixed_linear(rows, weight, dtype, bias)
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
 class ForwardCalls(TorchFunctionMode):
     """The calls of a converted model's forward pass (entered and left by its hooks).
 
     Args:
-        part: the rank's part (its dropout counters).
+        part: the rank's part (its dropout counters; its plan's ``row_dtype``: the dtype of
+            the weight products, bfloat16 under bf16-mixed).
         training: the pass trains (random draws are refused).
     """
 
     def __init__(self, part: Any, training: bool) -> None:
         super().__init__()
         self.part, self.training = part, training
+        self.row_dtype: torch.dtype | None = part.plan.row_dtype
 
     def __torch_function__(
         self, func: Any, types: Any, args: tuple = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
+        if func is F.linear and self.row_dtype is not None:
+            return mixed_linear_call(args, kwargs, self.row_dtype)
         seen = DROPOUTS.get(func)
         if seen is not None:
             name, bind, inplace = seen
@@ -212,5 +250,9 @@ def calls_table() -> str:
             f"generator) |",
             "| any other call drawing from torch's generator | refused when the training "
             "pass ends (the generator's state is compared) |",
+            "| `torch.nn.functional.linear` (`nn.Linear`, PyG's `Linear`, the twins' products) "
+            '| with `precision="bf16-mixed"`: float32 input and weight multiplied in bfloat16 '
+            "(float32 accumulation), output, bias and backward in float32 (`mixed_linear`); "
+            "else unchanged |",
         ]
     )

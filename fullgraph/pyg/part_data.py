@@ -68,6 +68,9 @@ class PartGraph:
         global_ids: global id of every inner node, int64 [num_inner].
         num_train_global: training nodes of the whole graph.
         step: training forward passes so far; the next one uses ``step + 1``.
+        precision: ``32`` or ``bf16-mixed`` once :func:`fullgraph.pyg.distribute` converted a
+            model for the part (``None`` before): the precision every model of the part runs
+            at, since :attr:`plan` carries its ``row_dtype``.
     """
 
     def __init__(self, part: Partition, comm: Communicator, seed: int) -> None:
@@ -76,6 +79,7 @@ class PartGraph:
         self.global_ids = np.asarray(part.global_ids[: self.num_inner], dtype=np.int64)
         self.num_train_global = int(part.num_train_global)
         self.plan = HaloPlan.from_partition(part, comm)
+        self.precision: str | None = None
         self.step = 0
         self.stream = 0
         self._contexts: dict[tuple, GraphContext] = {}

@@ -68,10 +68,11 @@ class ModelRun:
     Args:
         model: the converted model (its root module).
         part: the rank's part.
+        precision: ``32`` or ``bf16-mixed`` (resolved; the part's plan carries its row dtype).
     """
 
-    def __init__(self, model: nn.Module, part: PartGraph) -> None:
-        self.model, self.part = model, part
+    def __init__(self, model: nn.Module, part: PartGraph, precision: str = "32") -> None:
+        self.model, self.part, self.precision = model, part, precision
         self._rng: list[torch.Tensor] | None = None
         self._calls: list[ForwardCalls] = []
         self._scheduled = False

@@ -14,7 +14,8 @@ computes on the whole graph:
   operator, :data:`~fullgraph.pyg.part_data.SUM`); ``GraphConv`` with either;
 - ``SAGEConv(aggr="max")`` and ``GraphConv(aggr="max")`` exchange their input's halo rows and
   take the maximum over ``[inner; halo]`` rows, ties to the lowest global id
-  (:meth:`~fullgraph.models.context.GraphContext.aggregate_max`);
+  (:meth:`~fullgraph.models.context.GraphContext.aggregate_max`); their products stay float32
+  under ``precision="bf16-mixed"``, as ``fullgraph train``'s max layers;
 - ``GCNConv(improved=True)`` and ``GCNConv`` called with the part's ``edge_weight`` use the
   weighted operator (global weighted degrees from the part's ``in_weight``); ``GINEConv`` and
   ``GATConv(edge_dim=...)`` read the part's edge features (:mod:`fullgraph.pyg.edge_twins`);
@@ -76,6 +77,20 @@ def _context(
 MAX = LayerOptions(aggr="max")
 
 
+def _apply(x: torch.Tensor, lin: nn.Module) -> torch.Tensor:
+    """``lin(x)``: under bf16-mixed a bfloat16 product (:mod:`fullgraph.pyg.functional`)."""
+    return lin(x)
+
+
+def _float32(x: torch.Tensor, lin: nn.Module) -> torch.Tensor:
+    """``lin(x)`` in float32 at any precision (``addmm``, which a bf16-mixed forward leaves as
+    written; the kernel ``F.linear`` calls): the products of the maximum's layers, as in
+    ``fullgraph train`` (docs/train.md, "Precision")."""
+    if lin.bias is None:
+        return torch.mm(x, lin.weight.t())
+    return torch.addmm(lin.bias, x, lin.weight.t())
+
+
 def _aggregate_by(
     twin: nn.Module, aggr: str, x: torch.Tensor, src: torch.Tensor, edge_index: Any,
     lin: nn.Module, **unused: Any,
@@ -86,7 +101,7 @@ def _aggregate_by(
     layer's input (its rows are checked), ``unused`` the call's refused arguments."""
     if aggr == "max":
         ctx = _context(twin, "sage", x, edge_index, options=MAX, **unused)
-        return F.linear(ctx.aggregate_max(src), lin.weight, lin.bias)
+        return _float32(ctx.aggregate_max(src), lin)
     ctx = _context(twin, "sage" if aggr == "mean" else SUM, x, edge_index, **unused)
     return _aggregate_linear(ctx, src, lin.weight, lin.bias)
 
@@ -182,10 +197,11 @@ class SAGEConvTwin(nn.Module):
 
     def forward(self, x: torch.Tensor, edge_index: Any, size: Any = None) -> torch.Tensor:
         """This rank's rows of ``SAGEConv(x, edge_index)`` (no bipartite input)."""
-        src = self.lin(x).relu() if self.project else x
+        linear = _float32 if self.aggr == "max" else _apply
+        src = linear(x, self.lin).relu() if self.project else x
         out = _aggregate_by(self, self.aggr, x, src, edge_index, self.lin_l, size=size)
         if self.root_weight:
-            out = out + self.lin_r(x)
+            out = out + linear(x, self.lin_r)
         if self.normalize:
             out = F.normalize(out, p=2.0, dim=-1)
         return out
@@ -218,7 +234,8 @@ class GraphConvTwin(nn.Module):
         out = _aggregate_by(
             self, self.aggr, x, x, edge_index, self.lin_rel, edge_weight=edge_weight, size=size
         )
-        return out + self.lin_root(x)
+        linear = _float32 if self.aggr == "max" else _apply
+        return out + linear(x, self.lin_root)
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}, aggr={self.aggr}"

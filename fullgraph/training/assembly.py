@@ -279,7 +279,9 @@ def assemble_rank(
     if kind.precomputable and (
         pre == "on" or (pre == "auto" and config.resolved_input_dropout() == 0)
     ):
-        ctx.first_aggregate = precompute_first_aggregate(data["x"], ctx)
+        # bf16-mixed: kept in bfloat16, the dtype its product reads (half the bytes, no cast
+        # per step)
+        ctx.first_aggregate = plan.rows_in(precompute_first_aggregate(data["x"], ctx))
     x = data["x"]
     stats = torch.tensor([float((x != 0).sum()), float(x.numel())], dtype=torch.float64)
     nnz, total = comm.allreduce_(stats, "sum", tag="setup").tolist()

@@ -16,6 +16,11 @@ write them, ``F.dropout`` calls included; GraphSAGE + BatchNorm; GAT + per-node 
 :func:`edge_graph`; task ``edges --source DIR --transports mpi gloo``) and ``max``
 (``GraphSAGE(aggr="max")``, ``GraphConv`` with the maximum and the mean).
 
+``precision --source DIR --precision bf16-mixed`` (:func:`run_precision`): the ``precision``
+group (PyG's ``GCN``, ``GraphSAGE``, ``GIN``, ``GAT``) trained 20 Adam epochs with dropout;
+``--group precision_edges``: ``GATConv(edge_dim)``, ``GINEConv`` and ``GraphSAGE(aggr="max")``
+on a partition of :func:`edge_graph`.
+
 The tests call :func:`run_converted` and :func:`run_original` in-process for the references.
 """
 
@@ -246,6 +251,17 @@ GROUPS: dict[str, dict[str, Callable[[int, int, float], nn.Module]]] = {
         "GraphSAGE-max": _basic_gnn("GraphSAGE", 2, aggr="max"),
         "GraphConv-max-mean": lambda f, c, p: GraphConvs(f, c, p),
     },
+    "precision": {  # PyG's classes at bf16-mixed (tests/pyg/test_pyg_precision.py)
+        "GCN": _basic_gnn("GCN", 2),
+        "GraphSAGE": _basic_gnn("GraphSAGE", 2),
+        "GIN-train-eps": _basic_gnn("GIN", 2, train_eps=True),
+        "GAT-heads2": _basic_gnn("GAT", 2, heads=2),
+    },
+    "precision_edges": {  # at bf16-mixed on edge_graph(): edge values, the maximum
+        "gat_edge": GATEdge,
+        "gine": GINE,
+        "GraphSAGE-max": _basic_gnn("GraphSAGE", 2, aggr="max"),
+    },
 }
 
 #: Models that need the ``gat`` layer kind.
@@ -334,6 +350,61 @@ def run_original(data: Any, group: str = "examples") -> dict[str, np.ndarray]:
     return results
 
 
+#: Epochs of :func:`run_precision` and the node dropout of its models.
+PRECISION_EPOCHS, PRECISION_DROPOUT = 20, 0.5
+
+
+def gather_rows(rows: torch.Tensor, data: Any) -> np.ndarray:
+    """Every rank's ``rows`` (one per inner node) in global node order, on every rank (a
+    collective)."""
+    pg = data.fullgraph
+    pieces = pg.comm.allgather_object((pg.global_ids, rows.detach().cpu().numpy()))
+    out = np.zeros((sum(len(ids) for ids, _ in pieces), rows.shape[1]), dtype=np.float64)
+    for ids, values in pieces:
+        out[ids] = values
+    return out
+
+
+def run_precision(
+    data: Any, precision: str, group: str = "precision", epochs: int = PRECISION_EPOCHS
+) -> dict[str, np.ndarray]:
+    """The models of ``group`` converted at ``precision`` and trained ``epochs`` Adam steps
+    with dropout: step-1 logits (global order), losses, the recorded precision and the dtypes
+    the forward halo rows were sent in."""
+    plan = data.fullgraph.plan
+    sent: set[str] = set()
+    start_forward = plan.start_forward
+
+    def recording(h: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        sent.add(str(h.dtype))
+        return start_forward(h, *args, **kwargs)
+
+    plan.start_forward = recording  # this plan only
+    results: dict[str, np.ndarray] = {}
+    for name in models(group):
+        sent.clear()
+        model = build(name, data.num_features, data.num_classes, PRECISION_DROPOUT)
+        model = pyg.distribute(model, data, precision=precision)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+        losses = []
+        edge_args = [data[k] for k in getattr(model, "EDGE_ARGS", ())]
+        for epoch in range(epochs):
+            model.train()
+            opt.zero_grad()
+            out = model(data.x, data.edge_index, *edge_args)
+            if epoch == 0:
+                results[f"{name}/logits"] = gather_rows(out, data)
+                results[f"{name}/output_dtype"] = np.asarray(str(out.dtype))
+            loss = pyg.loss(out, data)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        results[f"{name}/losses"] = np.asarray(losses)
+        results[f"{name}/precision"] = np.asarray(model.fullgraph_precision)
+        results[f"{name}/halo_dtypes"] = np.asarray(",".join(sorted(sent)))
+    return results
+
+
 TASKS = Tasks()
 
 
@@ -362,6 +433,13 @@ def edges(*, source: str, transports: list[str]) -> dict[str, np.ndarray]:
         got = run_converted(data, "edges")
         results.update({f"{transport}/{k}": v for k, v in got.items()})
     return results
+
+
+@TASKS.task
+def precision(*, source: Path, precision: str, group: str = "precision") -> dict[str, np.ndarray]:
+    """:func:`run_precision` of ``group`` at ``precision`` on the part of partition directory
+    ``source``."""
+    return run_precision(pyg.load_part(source, threads=1), precision, group)
 
 
 if __name__ == "__main__":
