@@ -259,11 +259,25 @@ def plan(s: Settings) -> list[Step]:
                  "--log-json {runs}/gloo-2ranks.jsonl"), 35,
              target=exact_target, needs=("tiny-parts",), outputs=(runs("gloo-2ranks.jsonl"),),
              figures=partial(vs_cpu, runs("gloo-2ranks.jsonl"))),
+        Step("predict-cpu", "fullgraph predict of exact-cpu's model file on the CPU, every "
+             "node (the reference of predict)",
+             cmd("{fg} predict {tiny} --model {runs}/exact-cpu.model.pt --device cpu "
+                 "--threads 2 --out {runs}/predict-cpu --force --quiet"), 25,
+             needs=("exact-cpu",), background=True,
+             outputs=(runs("predict-cpu/predictions.npy"),)),
+        Step("predict", "the same prediction on the device, against predict-cpu",
+             cmd("{fg} predict {tiny} --model {runs}/exact-cpu.model.pt --device {dev} "
+                 "--threads 2 --out {runs}/predict-dev --force --quiet"), 25,
+             target="the same class for every node as predict-cpu",
+             needs=("exact-cpu", "predict-cpu"), background=True,
+             outputs=(runs("predict-dev/predictions.npy"),),
+             figures=partial(predict_agreement, runs("predict-cpu"), runs("predict-dev"))),
         Step("spmm-arxiv", "SpMM fwd and fwd+bwd at F=64/128/256 on the arxiv-size graph: "
              "ours (Triton) vs cuSPARSE (torch.sparse.mm on CSR; transpose cached)",
              cmd("{kernels} --graphs " + ("tiny" if dry else "arxiv")
                  + " --data-root {data} --out {out}/kernels_arxiv.csv"), 35,
-             target=spmm_target, needs=("install",), after=("kernel-tests", "exact-cpu"),
+             target=spmm_target, needs=("install",),
+             after=("kernel-tests", "exact-cpu", "predict-cpu", "predict"),
              outputs=(str(s.out / "kernels_arxiv.csv"),),
              figures=partial(spmm_figures, s.out / "kernels_arxiv.csv", dry)),
         Step("spmm-products", f"the same on the {big}-size graph",
@@ -277,16 +291,19 @@ def plan(s: Settings) -> list[Step]:
              target="none given: epoch time recorded", needs=("big-graph",),
              outputs=(runs("train-gcn.jsonl"),),
              figures=partial(train_figures, runs("train-gcn.jsonl"))),
-        Step("train-sage", "the same, GraphSAGE (mean) 3 x 256 fp32",
+        Step("train-bf16", "the GCN run of train-gcn in --precision bf16-mixed (bf16 tensor "
+             "cores, forward halo rows and Triton sums of bf16 rows in float64)",
+             cmd("{fg} train --parts {big1} {train} --model gcn --precision bf16-mixed "
+                 "--log-json {runs}/train-bf16.jsonl"), 75,
+             target="none given: epoch time and speed-up over train-gcn recorded",
+             needs=("big-graph",), after=("train-gcn",), outputs=(runs("train-bf16.jsonl"),),
+             figures=partial(bf16_figures, runs("train-gcn.jsonl"), runs("train-bf16.jsonl"))),
+        Step("train-sage", "the train-gcn run with GraphSAGE (mean) 3 x 256 fp32",
              cmd("{fg} train --parts {big1} {train} --model sage "
                  "--log-json {runs}/train-sage.jsonl"), 75,
              target="none given: epoch time recorded", needs=("big-graph",),
              outputs=(runs("train-sage.jsonl"),),
              figures=partial(train_figures, runs("train-sage.jsonl"))),
-        Step("train-bf16", "GCN and SAGE 3 x 256 epochs in bf16-mixed", (), 0, available=False,
-             target="not yet available: fullgraph has no bf16-mixed training"),
-        Step("predict", "fullgraph predict on the GPU", (), 0, available=False,
-             target="not yet available: fullgraph has no predict command"),
     ]  # fmt: skip
 
 
@@ -346,6 +363,58 @@ def loss_agreement(reference: str, path: str) -> list[Figure]:
     return [
         Figure(name, max(abs(a - b) for a, b in zip(got, ref, strict=True)), "", "<=", EXACT_TOL)
     ]
+
+
+def bf16_figures(fp32: str, bf16: str) -> list[Figure]:
+    """:func:`train_figures` of the bf16-mixed run and its speed-up over the float32 run."""
+    figures = train_figures(bf16)
+    try:
+        ratio = _median_epoch(fp32) / _median_epoch(bf16)
+    except (OSError, ValueError, KeyError, StopIteration, ZeroDivisionError) as exc:
+        return [*figures, Figure("speed-up over float32", None, "x", note=f"unreadable: {exc}")]
+    return [*figures, Figure("speed-up over float32 (median epoch)", ratio, "x")]
+
+
+def _median_epoch(path: str) -> float:
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return float(next(r for r in rows if r.get("final"))["median_epoch_s"])
+
+
+def predict_agreement(reference: str, path: str) -> list[Figure]:
+    """The share of nodes whose predicted class equals the reference prediction's (read with
+    the standard library only: a ``.npy`` of int64 in C order)."""
+    name = "nodes predicted as on the CPU"
+    try:
+        want, got = (
+            _npy_int64(Path(reference) / "predictions.npy"),
+            _npy_int64(Path(path) / "predictions.npy"),
+        )
+    except (OSError, ValueError) as exc:
+        return [Figure(name, None, "", ">=", 1.0, note=f"unreadable: {exc}")]
+    if len(want) != len(got) or not want:
+        return [Figure(name, None, "", ">=", 1.0, note=f"{len(got)} vs {len(want)} nodes")]
+    same = sum(a == b for a, b in zip(got, want, strict=True)) / len(want)
+    return [Figure(name, same, "", ">=", 1.0), Figure("nodes predicted", len(got))]
+
+
+def _npy_int64(path: Path) -> list[int]:
+    """The values of a 1-D little-endian int64 ``.npy`` file (format 1.0 / 2.0)."""
+    import array
+    import ast
+
+    raw = path.read_bytes()
+    if raw[:6] != b"\x93NUMPY":
+        raise ValueError(f"{path}: not a .npy file")
+    major = raw[6]
+    size_bytes = 2 if major == 1 else 4
+    header_len = int.from_bytes(raw[8 : 8 + size_bytes], "little")
+    start = 8 + size_bytes
+    header = ast.literal_eval(raw[start : start + header_len].decode("latin1"))
+    if header.get("descr") != "<i8" or header.get("fortran_order"):
+        raise ValueError(f"{path}: expected little-endian int64, got {header}")
+    values = array.array("q")
+    values.frombytes(raw[start + header_len :])
+    return values.tolist()
 
 
 def spmm_figures(path: Path, dry: bool) -> list[Figure]:

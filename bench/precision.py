@@ -83,8 +83,16 @@ def speed(a: argparse.Namespace, csv: CSVWriter) -> None:
     out = Path(a.out)
     parts = _ensure_arxiv(a.root, out)
     cases: list[tuple[str, int, list[str]]] = []
-    for model, flags in MODELS.items():
-        for ranks in (1, 2, 4):
+    models = a.models.split(",")
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown:
+        raise SystemExit(f"--models: unknown {', '.join(unknown)} (known: {', '.join(MODELS)})")
+    rank_counts = [int(r) for r in a.ranks.split(",")]
+    if not set(rank_counts) <= {1, 2, 4}:
+        raise SystemExit(f"--ranks: choose from 1, 2, 4, not {a.ranks}")
+    for model in models:
+        flags = MODELS[model]
+        for ranks in rank_counts:
             data = ["--dataset", "arxiv-synth", "--root", a.root, "--threads", "1"]
             if ranks > 1:
                 data = ["--parts", str(parts[ranks])]
@@ -181,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shared-root", default=str(SHARED), help="root of the real datasets")
     ap.add_argument("--epochs", type=int, default=6, help="epochs of each speed run")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--models", default=",".join(MODELS), help="speed models (gcn,sage,gat)")
+    ap.add_argument("--ranks", default="1,2,4", help="speed rank counts (from 1, 2, 4)")
     ap.add_argument("--products", action="store_true", help="add products-synth at P=4")
     ap.add_argument("--products-root", default="/tmp/fg-data/data")
     ap.add_argument("--products-parts", help="an existing 4-part partition of products-synth")
