@@ -3,9 +3,7 @@
 Under ``bf16-mixed`` the parameters, the optimiser state, the loss, the norms' statistics and
 softmax stay float32; the forward pass's weight products and aggregations read their inputs in
 bfloat16 (products accumulate in float32, aggregations in float64), forward halo rows travel in
-bfloat16; the backward pass reads the layer bodies' output gradients in bfloat16 for their
-aggregation and input-gradient products, and computes weight gradients in float32
-(docs/train.md, "Precision"). ``auto`` is
+bfloat16, and the backward pass is float32 (docs/train.md, "Precision"). ``auto`` is
 bf16-mixed where the device computes bfloat16 natively, else 32.
 """
 

@@ -84,7 +84,6 @@ class HaloPlan:
     buffer_bytes: int = slicing.DEFAULT_BUFFER_BYTES
     row_dtype: torch.dtype | None = None
     _slices: dict[int, list[ExchangeSlice]] = field(default_factory=dict, repr=False)
-    _gradient_slots: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
 
     @classmethod
     def from_partition(
@@ -153,18 +152,6 @@ class HaloPlan:
     def rows_in(self, h: torch.Tensor) -> torch.Tensor:
         """``h`` in :attr:`row_dtype` (itself when that is ``None`` or already its dtype)."""
         return h if self.row_dtype is None else h.to(self.row_dtype)
-
-    def gradient_slots(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(rows, slot)``: the inner rows that other ranks return gradient partial sums for
-        (the rows this rank sends, ascending, each once) and every inner row's index among
-        them (``-1`` for the others); built on first use, kept. An exact bf16 backward keeps
-        those rows' sums in float64 until the partial sums are in."""
-        if self._gradient_slots is None:
-            rows = torch.unique(self.send_index)
-            slot = torch.full((self.num_inner,), -1, dtype=torch.int64, device=rows.device)
-            slot[rows] = torch.arange(rows.numel(), device=rows.device)
-            self._gradient_slots = (rows, slot)
-        return self._gradient_slots
 
     def next_key(self) -> tuple[int, int] | None:
         """``(epoch, exchange)`` of the next forward exchange in a step, else ``None``."""

@@ -607,7 +607,7 @@ class RankReplay:
             led.add("dY body", "working", F32 * n * o)
             led.drop("dR")
             led.rename("dY body", "dY")
-        if i > 0 and not (self.bf16 and tf):
+        if i > 0:
             led.add("dh", "working", F32 * n * d)
         if i == 0 and rebuild and (tf or self.root):  # hashed_dropout again: mask, then rows
             led.add("dropout mask", "working", F32 * n * self.dims[0])
@@ -616,17 +616,7 @@ class RankReplay:
         if self.bf16 and not tf:  # dW = dY^T M with the bf16 M widened
             led.add("M f32", "working", F32 * n * d)
             led.drop("M f32")
-        boundary = min(n, S)  # rows other ranks return partial sums for (at most S)
-        if tf and self.bf16:  # G = A^T dY whole: bf16 dY, float64 sums of boundary rows
-            led.add("dY bf16", "working", BF16 * n * o)
-            inner = [("G", "working", F32 * n * o), ("G partial", "working", F64 * boundary * o)]
-            self.exchange(f"bwd{i}", o, h, S, codec, inner)
-            led.add("G partial f32", "working", F32 * boundary * o)
-            led.drop("G partial", "G partial f32")
-            if i > 0:  # dh = G W in row blocks (the bf16 block and product are block-sized)
-                led.add("dh", "working", F32 * n * d)
-            led.drop("G", "dY bf16")
-        elif tf:  # rows of A^T dY a block at a time, received rows in blocks too
+        if tf:  # rows of A^T dY a block at a time, received rows in blocks too
             rows = BLOCK_ELEMENTS // max(o, 1)
             inner = [("dY^T A block", "working", F32 * o * min(n, rows))]
             self.exchange(f"bwd{i}", o, h, S, codec, inner)
@@ -634,18 +624,6 @@ class RankReplay:
                 rows = BLOCK_ELEMENTS // max(o, d, 1)
                 led.add("received-row blocks", "working", 2 * F32 * max(o, d) * min(S, rows))
             led.drop("dY^T A block", "received-row blocks")
-        elif i > 0 and self.bf16:  # dM = dY W in bf16, A^T dM summed exactly (boundary
-            led.add("dY bf16", "working", BF16 * n * o)  # rows in float64)
-            led.add("dM", "working", BF16 * n * d)
-            led.drop("dY bf16")
-            inner = [
-                ("A^T dM", "working", F32 * n * d),
-                ("dM partial", "working", F64 * boundary * d),
-            ]
-            self.exchange(f"bwd{i}", d, h, S, codec, inner)
-            led.add("dM partial f32", "working", F32 * boundary * d)
-            led.drop("dM partial", "dM partial f32", "dM", "dh")
-            led.rename("A^T dM", "dh")
         elif i > 0:  # dM = dY W, then A^T dM with the reverse exchange
             led.add("dM", "working", F32 * n * d)
             self.exchange(f"bwd{i}", d, h, S, codec, [("A^T dM", "working", F32 * n * d)])

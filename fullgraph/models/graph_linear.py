@@ -22,14 +22,9 @@ What it holds, for ``n`` inner rows (the memory model of ``fullgraph plan`` coun
 Under ``--precision bf16-mixed`` (the plan's ``row_dtype`` is bfloat16) the forward products
 read ``h``, ``W``, ``R`` and ``M`` in bfloat16 (``Z`` and the kept ``M`` are bfloat16), the
 aggregation sums bfloat16 rows exactly (:func:`~fullgraph.distributed.halo.aggregate_rows`) and
-the output is float32. The backward pass reads ``dY`` in bfloat16 too: ``A^T dY`` (or ``A^T dM``)
-sums each row's float32 products in float64 and rounds it once (the partial sums other ranks
-return for boundary rows are added before that rounding), so the rows are the same at any P;
-the input gradient's product (``G W`` or ``dY W``) is a bfloat16 product of those whole rows.
-``dW = G^T h`` stays a float32 product: it sums over rows that P ranks split, and torch's CPU
-bfloat16 product rounds its output to bfloat16 (no float32-output kernel on the CPU), which
-would round each rank's share apart (docs/train.md, "Precision"). Transforming first, this
-holds ``G`` whole (float32 ``[n, out]``) where the float32 backward goes in row blocks.
+the output is float32. The backward pass is the float32 one: its sums (``A^T dY`` with the halo
+partial sums, ``dY^T h``) are split differently by P ranks, and rounding them to bfloat16 would
+make P ranks differ from one process (docs/train.md, "Precision").
 """
 
 from __future__ import annotations
@@ -47,7 +42,7 @@ from fullgraph.distributed.halo import (
     aggregate_rows,
     exchange_halo_gradients,
 )
-from fullgraph.kernels import CSRMatrix, spmm, spmm_exact
+from fullgraph.kernels import CSRMatrix, spmm
 
 #: Elements of one row block of ``A_inner^T dY`` in the backward pass (8 MB of float32).
 BLOCK_ELEMENTS = 1 << 21
@@ -171,29 +166,17 @@ class GraphLinearFunction(torch.autograd.Function):
             src = None
         db = dy.sum(0) if ctx.has_bias and need_b else None
         dr = _weight_grad(dy, src) if root is not None and need_r else None
-        plan = spec.plan
-        mixed = plan.row_dtype is not None
-        if spec.transform_first and mixed and not isinstance(src, CSRMatrix):
-            dh, dw = _transform_first_backward_mixed(ctx, dy, weight, root, src, need_h, need_w)
-        elif spec.transform_first:
+        if spec.transform_first:
             dh, dw = _transform_first_backward(ctx, dy, weight, root, src, need_h, need_w)
         else:
             dw = torch.mm(dy.t(), m.to(dy.dtype)) if need_w else None  # bf16-mixed: M is bf16
             dh = None
             if need_h:
-                # bf16-mixed: dM = dY W row by row in bfloat16 (the same rows at any P), and
-                # A^T dM reads half the bytes, summed exactly
-                dm = torch.mm(plan.rows_in(dy), plan.rows_in(weight))
-                if mixed:
-                    dh = exact_aggregate_backward(dm, spec.op, plan, ctx.key)
-                else:
-                    dh = _aggregate_backward(dm, spec.op, plan, ctx.key)
+                dm = torch.mm(dy, weight)
+                dh = _aggregate_backward(dm, spec.op, spec.plan, ctx.key)
                 del dm
                 if root is not None:
-                    if mixed:
-                        dh.add_(torch.mm(plan.rows_in(dy), plan.rows_in(root)))
-                    else:
-                        dh.addmm_(dy, root)
+                    dh.addmm_(dy, root)
         return dh, dw, db, dr, None
 
 
@@ -256,83 +239,6 @@ def _transform_first_backward(
                 dh.index_add_(0, at, torch.mm(part, weight))
 
     exchange_halo_gradients(dy, op, plan, ctx.key, inner, receive)
-    return dh, dw
-
-
-def exact_aggregate_backward(
-    grad: torch.Tensor, op: SplitOperator, plan: HaloPlan, key: tuple[int, int] | None
-) -> torch.Tensor:
-    """``A^T grad`` of bfloat16 ``grad`` (bf16-mixed), rounded once per row: this rank's terms
-    (float32 products) summed in float64 (:func:`~fullgraph.kernels.spmm_exact`), the float32
-    partial sums other ranks return for its boundary rows added in float64, then rounded to
-    float32.
-
-    One process sums each row exactly; P ranks differ from it only by the rounding of the
-    partial sums they send (float32, as the float32 backward sends them: exact float64 partial
-    sums would double those bytes, and the loss drift measured over 20 epochs was the same,
-    ~1e-7, tests/training/test_precision.py).
-
-    Returns:
-        float32 [num_inner, W].
-    """
-    if plan.comm.size > 1:
-        rows, slot = (t.to(grad.device) for t in plan.gradient_slots())
-    else:
-        slot = torch.full((op.inner_t.num_rows,), -1, dtype=torch.int64, device=grad.device)
-        rows = slot[:0]
-    partial = torch.empty((rows.numel(), grad.shape[1]), dtype=torch.float64, device=grad.device)
-    out: list[torch.Tensor] = []
-
-    def inner() -> None:
-        out.append(spmm_exact(op.inner_t, grad, slot, partial))
-
-    def receive(received: torch.Tensor, index: torch.Tensor) -> None:
-        partial.index_add_(0, slot[index], received.to(torch.float64))
-
-    exchange_halo_gradients(grad, op, plan, key, inner, receive)
-    g = out.pop()
-    if rows.numel():
-        g.index_copy_(0, rows, partial.float())
-    return g
-
-
-def _transform_first_backward_mixed(
-    ctx: Any,
-    dy: torch.Tensor,
-    weight: torch.Tensor,
-    root: torch.Tensor | None,
-    src: torch.Tensor | None,
-    need_h: bool,
-    need_w: bool,
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """:func:`_transform_first_backward` under bf16-mixed: ``G = A^T dY`` whole.
-
-    ``dY`` is read in bfloat16 (its rows are the same at any P); ``G`` is summed exactly, this
-    rank's part and the partial sums other ranks return for its boundary rows
-    (:func:`exact_aggregate_backward`), and only then rounded to bfloat16 for ``dh = G W`` (a
-    bfloat16 product of whole rows, so the same rows at any P). ``dW = G^T h`` stays a float32
-    product: it sums over rows that P ranks split, and torch's CPU bfloat16 product rounds its
-    output to bfloat16, which would round each rank's partial sum apart (docs/train.md,
-    "Precision"). Costs ``G``, float32 ``[n, out]``, where the float32 backward goes in blocks.
-    """
-    spec: _Spec = ctx.spec
-    plan = spec.plan
-    dy_in = plan.rows_in(dy)
-    g = exact_aggregate_backward(dy_in, spec.op, plan, ctx.key)
-    dw = None
-    if need_w:
-        assert src is not None
-        dw = torch.mm(g.t(), src)
-    dh = None
-    if need_h:
-        n, width_in = int(dy.shape[0]), int(weight.shape[1])
-        dh = dy.new_empty((n, width_in))
-        w_in = plan.rows_in(weight)
-        r_in = None if root is None else plan.rows_in(root)
-        for start, stop in row_ranges(n, max(width_in, int(g.shape[1]))):
-            dh[start:stop] = torch.mm(plan.rows_in(g[start:stop]), w_in)
-            if r_in is not None:
-                dh[start:stop].add_(torch.mm(dy_in[start:stop], r_in))
     return dh, dw
 
 

@@ -46,7 +46,7 @@ BF16_VARIANTS = [
 #: whose losses drift to ~1e-3 at P=4: the float32 master weights of P ranks and of one
 #: process differ in their last bits (their gradients are sums split differently), and a
 #: weight near a bfloat16 rounding boundary then rounds the other way (docs/train.md).
-LOSS_ATOL = {"gat_norm_res": 1e-2, "sage_layernorm_res": 1e-3}
+LOSS_ATOL = {"gat_norm_res": 1e-2}
 needs_bf16 = pytest.mark.skipif(
     bf16_unsupported("cpu") is not None, reason="this CPU has no bfloat16 support"
 )
@@ -88,7 +88,6 @@ def test_bf16_ranks_match_one_process(
         )
         for transport, name in itertools.product(names, BF16_VARIANTS)
     }
-    print(f"P={ranks} bf16 loss drift:", drift)
     over = {k: v for k, v in drift.items() if v > LOSS_ATOL.get(k[1], 1e-4)}
     assert not over, f"bf16 losses drift from one process (P={ranks}): {over}; all: {drift}"
     for transport, name in itertools.product(names, BF16_VARIANTS):
@@ -271,46 +270,3 @@ def test_precision_is_recorded_resumed_and_predicted(tmp_path, capsys) -> None:
         cmd = ["predict", *tiny, "--model", str(model), "--out", str(out), *given]
         assert cli_main(cmd) == 0
         assert json.loads((out / "predict.json").read_text())["precision"] == want
-
-
-@needs_bf16
-@pytest.mark.parametrize(("width_in", "width_out"), [(12, 8), (8, 12)])
-def test_bf16_backward_products(width_in: int, width_out: int) -> None:
-    """The layer body's backward under bf16-mixed, one process: ``G = A^T dY`` of the bf16
-    ``dY`` summed exactly, ``dh`` a bfloat16 product of whole rows (``G W`` transforming first,
-    ``A^T (dY W)`` aggregating first), ``dW`` the float32 product."""
-    import scipy.sparse as sp
-
-    from fullgraph.distributed.halo import HaloPlan, SplitOperator
-    from fullgraph.kernels import CSRMatrix
-    from fullgraph.models.graph_linear import graph_linear
-
-    gen = torch.Generator().manual_seed(0)
-    n = 40
-    m = sp.random(n, n, density=0.2, format="csr", dtype=np.float32, random_state=1)
-    a = CSRMatrix(
-        torch.from_numpy(m.indptr), torch.from_numpy(m.indices), torch.from_numpy(m.data), n
-    )
-    op = SplitOperator(a, None)
-    plan = HaloPlan(Communicator(), torch.zeros(0, dtype=torch.int64), [0], [0], n, 0,
-                    row_dtype=torch.bfloat16)  # fmt: skip
-    h = torch.randn(n, width_in, generator=gen, requires_grad=True)
-    w = torch.randn(width_out, width_in, generator=gen, requires_grad=True)
-    dy = torch.randn(n, width_out, generator=gen)
-    graph_linear(h, op, plan, w, None).backward(dy)
-    a_t = torch.from_numpy(m.toarray()).t()
-    bf = torch.bfloat16
-
-    def exact_sum(x: torch.Tensor) -> torch.Tensor:  # A^T x: float32 products, float64 sums
-        return (a_t[:, :, None] * x.float()[None]).double().sum(1).float()
-
-    if width_out <= width_in:  # transform first: G = A^T dY, rounded once to float32
-        g = exact_sum(dy.to(bf))
-        want_dh = (g.to(bf) @ w.detach().to(bf)).float()
-        want_dw = g.t() @ h.detach()
-        torch.testing.assert_close(w.grad, want_dw, rtol=1e-5, atol=1e-5)
-    else:  # aggregate first: dM = dY W in bf16, then A^T dM exactly
-        dm = dy.to(bf) @ w.detach().to(bf)
-        want_dh = exact_sum(dm)
-    assert h.grad.dtype == torch.float32
-    assert torch.equal(h.grad, want_dh), (h.grad - want_dh).abs().max()
