@@ -344,10 +344,14 @@ def junit_figures(path: str) -> list[Figure]:
     ]
 
 
+def read_log(path: str) -> list[dict]:
+    """The records of a ``--log-json`` file (one JSON object a line)."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
 def read_losses(path: str) -> list[float]:
     """Per-epoch losses of a ``--log-json`` file."""
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return [r["loss"] for r in rows if not r.get("final")]
+    return [r["loss"] for r in read_log(path) if not r.get("final")]
 
 
 def loss_agreement(reference: str, path: str) -> list[Figure]:
@@ -376,8 +380,7 @@ def bf16_figures(fp32: str, bf16: str) -> list[Figure]:
 
 
 def _median_epoch(path: str) -> float:
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return float(next(r for r in rows if r.get("final"))["median_epoch_s"])
+    return float(next(r for r in read_log(path) if r.get("final"))["median_epoch_s"])
 
 
 def predict_agreement(reference: str, path: str) -> list[Figure]:
@@ -450,7 +453,7 @@ def spmm_figures(path: Path, dry: bool) -> list[Figure]:
 def train_figures(path: str) -> list[Figure]:
     """Median and first epoch time and the test accuracy of a ``--log-json`` file."""
     try:
-        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        rows = read_log(path)
         final = next(r for r in rows if r.get("final"))
         epochs = [r for r in rows if not r.get("final")]
         return [
