@@ -286,20 +286,32 @@ def train(
     data: Any,
     loss_fn: Callable[[torch.Tensor], torch.Tensor],
     accuracy: Callable[[torch.Tensor], float],
+    *,
+    steps: int = STEPS,
+    optimizer: Callable[[Any], torch.optim.Optimizer] | None = None,
+    first_output: Callable[[torch.Tensor], None] | None = None,
 ) -> dict[str, np.ndarray]:
-    """:data:`STEPS` SGD steps; first gradients, losses, final parameters, buffers, accuracy.
+    """``steps`` optimiser steps; first gradients, losses, final parameters, buffers, accuracy.
 
-    SGD with momentum (linear in the gradients): Adam would turn the rounding noise of the
+    The optimiser is SGD with momentum unless ``optimizer`` (called with the parameters) says
+    otherwise: SGD is linear in the gradients, while Adam would turn the rounding noise of the
     gradients that are zero in exact arithmetic (a bias before BatchNorm) into full steps.
+    ``first_output`` receives the model's output of the first step.
     """
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    if optimizer is None:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    else:
+        opt = optimizer(model.parameters())
     out: dict[str, np.ndarray] = {}
     losses = []
     edge_args = [data[k] for k in getattr(model, "EDGE_ARGS", ())]
-    for step in range(STEPS):
+    for step in range(steps):
         model.train()
         opt.zero_grad()
-        loss = loss_fn(model(data.x, data.edge_index, *edge_args))
+        output = model(data.x, data.edge_index, *edge_args)
+        if step == 0 and first_output is not None:
+            first_output(output)
+        loss = loss_fn(output)
         loss.backward()
         if step == 0:
             grads = [p.grad.reshape(-1) for p in model.parameters()]
@@ -385,21 +397,21 @@ def run_precision(
         sent.clear()
         model = build(name, data.num_features, data.num_classes, PRECISION_DROPOUT)
         model = pyg.distribute(model, data, precision=precision)
-        opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-        losses = []
-        edge_args = [data[k] for k in getattr(model, "EDGE_ARGS", ())]
-        for epoch in range(epochs):
-            model.train()
-            opt.zero_grad()
-            out = model(data.x, data.edge_index, *edge_args)
-            if epoch == 0:
-                results[f"{name}/logits"] = gather_rows(out, data)
-                results[f"{name}/output_dtype"] = np.asarray(str(out.dtype))
-            loss = pyg.loss(out, data)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        results[f"{name}/losses"] = np.asarray(losses)
+
+        def first(out: torch.Tensor, name: str = name) -> None:
+            results[f"{name}/logits"] = gather_rows(out, data)
+            results[f"{name}/output_dtype"] = np.asarray(str(out.dtype))
+
+        got = train(
+            model,
+            data,
+            lambda out: pyg.loss(out, data),
+            lambda out: pyg.accuracy(out, data, data.val_mask),
+            steps=epochs,
+            optimizer=lambda params: torch.optim.Adam(params, lr=0.01, weight_decay=5e-4),
+            first_output=first,
+        )
+        results[f"{name}/losses"] = got["losses"]
         results[f"{name}/precision"] = np.asarray(model.fullgraph_precision)
         results[f"{name}/halo_dtypes"] = np.asarray(",".join(sorted(sent)))
     return results
