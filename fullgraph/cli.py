@@ -44,7 +44,8 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     (
         "fullgraph.commands.train",
         "train",
-        "train GCN / GraphSAGE / GAT full-batch (mpirun -n P for P ranks)",
+        "train a GNN full-batch: --model gcn, sage, gat, gin or graphconv (mpirun -n P for "
+        "P ranks)",
     ),
     (
         "fullgraph.commands.predict",
@@ -67,6 +68,11 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
         "export a trained model (--save-model) to a plain PyG model",
     ),
 ]
+
+
+def summary(name: str) -> str:
+    """The one-line summary of subcommand ``name`` that ``fullgraph --help`` lists."""
+    return next(text for _, command, text in SUBCOMMANDS if command == name)
 
 
 class OneLineParser(argparse.ArgumentParser):

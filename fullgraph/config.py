@@ -38,6 +38,7 @@ def option(
     metavar: str | None = None,
     parse: Callable[[str], Any] | None = None,
     cli: bool = True,
+    required: bool = False,
 ) -> Any:
     """A configuration field with its default, help text and check.
 
@@ -50,6 +51,9 @@ def option(
         parse: turns the command-line string into the value (for lists); its
             :class:`ConfigError` is reported like any other check.
         cli: whether the field is a command-line option.
+        required: the command line must give it (``--help``'s usage shows it without
+            brackets; a missing one is argparse's one-line error). Checks of the field still
+            run for configurations built in code.
 
     Returns:
         A :func:`dataclasses.field`.
@@ -61,6 +65,7 @@ def option(
         "metavar": metavar,
         "parse": parse,
         "cli": cli,
+        "required": required,
     }
     if isinstance(default, list | dict | set):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
@@ -122,6 +127,7 @@ class Config:
                 default=default,
                 choices=f.metadata.get("choices"),
                 metavar=f.metadata.get("metavar"),
+                required=f.metadata.get("required", False),
                 help=help_text,
             )
 

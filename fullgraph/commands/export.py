@@ -1,4 +1,4 @@
-"""``fullgraph export --model FILE --to pyg OUT.py|OUT.pt``: a trained model as a PyG model.
+"""``fullgraph export --model FILE [--to pyg] OUT.py|OUT.pt``: a trained model as a PyG model.
 
 Reads a model file of ``fullgraph train`` (``--save-model``) and writes a plain PyG model of the
 same layers (:mod:`fullgraph.training.export_pyg`): ``OUT.py`` (a standalone module defining
@@ -20,10 +20,8 @@ from fullgraph.errors import ConfigError
 TARGETS = ("pyg",)
 
 
-def _target(name: str, value: str | None) -> None:
-    """``--to`` is required and names a target fullgraph exports to."""
-    if value is None:
-        raise ConfigError(f"{name} is required (one of: {', '.join(TARGETS)})")
+def _target(name: str, value: str) -> None:
+    """``--to`` names a target fullgraph exports to."""
     if value not in TARGETS:
         raise ConfigError(
             f"{name} {value}: unsupported target; fullgraph exports to: {', '.join(TARGETS)}"
@@ -35,9 +33,14 @@ class ExportOptions(Config):
     """What ``fullgraph export`` reads and writes."""
 
     model: str | None = option(
-        None, "model file written by `fullgraph train` (--save-model)", metavar="FILE"
+        None,
+        "model file written by `fullgraph train` (--save-model)",
+        metavar="FILE",
+        required=True,
     )
-    to: str | None = option(None, "what to export to: pyg", check=_target, metavar="TARGET")
+    to: str = option(
+        "pyg", f"what to export to ({', '.join(TARGETS)})", check=_target, metavar="TARGET"
+    )
     out: str | None = option(
         None, "OUT.py (a PyG module, weights beside it as OUT.pt) or OUT.pt", cli=False
     )

@@ -66,13 +66,17 @@ class PredictOptions(Config):
     """``fullgraph predict``'s own options: the model file, the outputs, what is written."""
 
     model: str | None = option(
-        None, "the model file `fullgraph train` wrote (--save-model); required", metavar="FILE"
+        None,
+        "the model file `fullgraph train` wrote (--save-model)",
+        metavar="FILE",
+        required=True,
     )
     out: str | None = option(
         None,
         "output directory, written atomically: predictions.npy, probabilities.npy (or "
-        "logits.npy), embeddings-K.npy, predict.json; required",
+        "logits.npy), embeddings-K.npy, predict.json",
         metavar="DIR",
+        required=True,
     )
     logits: bool = option(
         False, "write logits.npy (the raw logits) instead of probabilities.npy (their softmax)"

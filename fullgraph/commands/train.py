@@ -24,9 +24,11 @@ from fullgraph.training.config import TrainConfig, TrainData
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``train`` subcommand."""
+    from fullgraph.cli import summary
+
     p = subparsers.add_parser(
         "train",
-        help="train GCN / GraphSAGE / GAT full-batch (mpirun -n P for P ranks)",
+        help=summary("train"),
         description=(
             "Full-batch GNN training with the exact full-graph gradient. Distributed: "
             "`mpirun -n P fullgraph train --parts DIR ...` (P = parts). One process: "

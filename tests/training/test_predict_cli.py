@@ -194,10 +194,10 @@ def test_rank_count_and_overlapping_outputs_are_refused(
     _refused(
         ["predict", *data, "--out", str(tmp_path / "o")],
         capsys,
-        "--model FILE is required",
+        "the following arguments are required: --model",
         tmp_path,
     )
-    _refused([*common, *data], capsys, "--out DIR is required", tmp_path)
+    _refused([*common, *data], capsys, "the following arguments are required: --out", tmp_path)
 
 
 def test_written_files_open_memory_mapped(
