@@ -15,7 +15,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: package name -> its directory (pyproject's package-dir)
+#: package name -> its directory (setup.py's ROOTS)
 PACKAGES = {
     "fullgraph": ROOT / "fullgraph",
     "fullgraph.kernels": ROOT / "kernels",
