@@ -41,13 +41,19 @@ import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 final = rows[-1]
 epochs = [r for r in rows if not r.get("final")]
-med = lambda key: statistics.median(r[key] for r in epochs) * 1e3
+steady = [r for r in epochs if not r.get("startup")]  # the first epoch carries the start-up
 per_epoch = statistics.median(r["comm_bytes"] for r in epochs)
+# the median epoch, and the slowest rank's own split of it (its parts add up to it)
+mid = sorted(steady, key=lambda r: r["epoch_s"])[(len(steady) - 1) // 2]
+ms = lambda key: mid[key] * 1e3
 print("== summary")
 print(f"  accuracy: best val {final['best_val_acc']:.4f}, test at best val {final['test_acc']:.4f}"
       f" (epoch {final['best_epoch']}), {final['ranks']} ranks over {final['transport']}")
-print(f"  epoch time (median): {med('epoch_s'):.1f} ms = compute {med('compute_s'):.1f}"
-      f" + halo exchange {med('comm_s'):.1f} + gradient all-reduce {med('reduce_s'):.1f} ms")
+print(f"  median epoch (epoch {mid['epoch']}): {ms('epoch_s'):.1f} ms = slowest rank "
+      f"{mid['slowest_rank']}'s compute {ms('slowest_compute_s'):.1f} + halo exchange "
+      f"{ms('slowest_comm_s'):.1f} + gradient all-reduce {ms('slowest_reduce_s'):.1f} ms")
+print(f"  start-up: epoch {final['startup_epoch']} took {final['startup_epoch_s'] * 1e3:.1f} ms"
+      f" (left out of the median)")
 print(f"  bytes exchanged: {per_epoch / 1e3:.1f} kB per epoch (all ranks), "
       f"{sum(r['comm_bytes'] for r in epochs) / 1e6:.2f} MB in {len(epochs)} epochs; "
       f"peak memory per rank {max(r['peak_rss_mb'] for r in epochs):.0f} MB")

@@ -21,6 +21,9 @@ from fullgraph.run.command import Command, Job
 from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
 from fullgraph.training.config import TrainConfig, TrainData
 
+#: The last line of a run that keeps no model file (no --save-model, no --log-json).
+MODEL_NOT_KEPT = "model: not kept (add --save-model PATH to keep the best-validation model)"
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``train`` subcommand."""
@@ -163,4 +166,6 @@ class TrainCommand(Command):
             model = job.run.model_path()
             if model is not None and model.is_file() and not quiet:
                 print(f"model (best validation, epoch {final['best_epoch']}): {model}", flush=True)
+            elif model is None and not quiet:
+                print(MODEL_NOT_KEPT, flush=True)
         return final

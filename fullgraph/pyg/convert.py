@@ -616,7 +616,8 @@ def distribute(model: nn.Module, data: Any, *, precision: str = "32") -> nn.Modu
             and aggregations read bfloat16, forward halo rows travel in bfloat16; parameters,
             gradients, optimiser state, loss and the output stay float32:
             :func:`fullgraph.pyg.functional.mixed_linear_call`) or ``"auto"`` (bf16-mixed
-            where the device of ``data.x`` computes bfloat16, else 32, saying so on rank 0),
+            where it pays on the device of ``data.x``, else 32, saying which on rank 0:
+            :func:`fullgraph.precision.auto_precision`),
             as ``fullgraph train --precision``. The resolved value is
             ``model.fullgraph_precision``. Every model of one part runs at one precision (the
             part's halo plan carries it).
@@ -686,7 +687,7 @@ def _device_of(data: Any) -> str:
 def _agreed_precision(part: PartGraph, requested: Any, device: str) -> str:
     """``requested`` resolved on ``device`` (:func:`~fullgraph.precision.resolve_precision`)
     and agreed by the ranks (a collective with several): ``auto`` is bf16-mixed only where
-    every rank has bfloat16; rank 0 prints the line of an ``auto`` that fell back to 32.
+    it is on every rank; rank 0 prints the line of an ``auto`` (what it resolved to, why).
 
     Raises:
         ConfigError: an unknown value, or ``bf16-mixed`` without bfloat16 on some rank (the
@@ -703,7 +704,7 @@ def _agreed_precision(part: PartGraph, requested: Any, device: str) -> str:
     if "32" in values and resolved != "32":  # auto, and another rank has no bfloat16
         resolved = "32"
         rank = values.index("32")
-        note = f"--precision auto: rank {rank} has no bfloat16 support; training in float32"
+        note = f"--precision auto: float32, as on rank {rank} (one precision for every rank)"
     if note is not None and part.comm.rank == 0:
         print(f"fullgraph.pyg: {note}", file=sys.stderr, flush=True)
     assert resolved is not None

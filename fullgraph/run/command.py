@@ -161,7 +161,7 @@ class Command:
     def resolve_precision(self, requested: str) -> str:
         """``--precision`` on :attr:`device`: ``auto`` decided, bfloat16 support checked
         (:func:`fullgraph.precision.resolve_precision`); rank 0 prints the line of an ``auto``
-        that fell back to 32. Call it from :meth:`check`."""
+        (what it resolved to, and why). Call it from :meth:`check`."""
         from fullgraph.precision import resolve_precision
 
         precision, note = resolve_precision(requested, self.device)

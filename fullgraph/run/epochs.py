@@ -2,10 +2,12 @@
 
 What the two have in common lives here, so that their comparison is like for like: the
 gradient reduction (one fixed-order all-reduce of every gradient and the loss, then a stop on a
-non-finite value), accuracy counting over all ranks, the epoch record (times as the maximum over
-ranks, bytes summed), best-validation tracking by the run's metric (``acc`` or ``rocauc``, see
-:mod:`fullgraph.run.metrics`), the per-epoch line and JSON object, and the final record. A
-trainer derives from :class:`EpochLoop` and supplies only how an epoch trains
+non-finite value), accuracy counting over all ranks, the epoch record (:meth:`EpochLoop.
+epoch_record`: the slowest rank's split of the epoch, which adds up to the epoch time, and the
+maxima over ranks; bytes summed), best-validation tracking by the run's metric (``acc`` or
+``rocauc``, see :mod:`fullgraph.run.metrics`), the per-epoch line and JSON object, and the final
+record (the median epoch leaves out the first epoch of the process, which carries the start-up,
+recorded apart). A trainer derives from :class:`EpochLoop` and supplies only how an epoch trains
 (:meth:`EpochLoop.train_epoch`) and how it predicts (:meth:`EpochLoop.evaluate`).
 """
 
@@ -24,6 +26,10 @@ from fullgraph.resources import peak_rss_mb
 from fullgraph.run.log import append_record, write_epoch
 
 SPLITS = ("train", "val", "test")
+#: One rank's times of an epoch, in the order of :meth:`EpochLoop.epoch_record`'s table.
+TIMES = ("epoch_s", "compute_s", "comm_s", "reduce_s", "eval_s", "sample_s", "codec_s")
+#: The parts of one rank's epoch time: they add up to it (``codec_s`` is within ``compute_s``).
+SPLIT = ("compute_s", "comm_s", "sample_s", "reduce_s")
 
 
 def check_finite(reduced: torch.Tensor, epoch: int, what: str = "epoch") -> None:
@@ -171,47 +177,63 @@ class EpochLoop:
     # -- the skeleton ------------------------------------------------------------------------
     def epoch_record(self, epoch: int, stats: EpochStats, acc: dict, eval_s: float,
                      bytes0: int, halo0: int) -> dict[str, Any]:  # fmt: skip
-        """The epoch's record: times as the maximum over ranks, bytes and samples summed."""
+        """The epoch's record (one all-reduce): bytes and samples summed over ranks, and times.
+
+        ``epoch_s`` is the slowest rank's epoch (the maximum over ranks); ``slowest_rank`` is
+        that rank (the lowest of a tie) and ``slowest_<part>_s`` its own split, which adds up
+        to ``epoch_s``: ``compute + comm + reduce`` (full batch) or ``compute + sample +
+        reduce`` (mini batch). ``compute_s``, ``comm_s``, ``reduce_s``, ``eval_s`` and
+        ``peak_rss_mb`` are maxima over ranks, each of its own rank, so they need not add up.
+        """
         comm = self.comm
-        sums = comm.allreduce_(
-            torch.tensor(
-                [
-                    sum(comm.bytes_sent.values()) - bytes0,
-                    comm.bytes_sent["halo"] - halo0,
-                    stats.sampled_edges,
-                ],
-                dtype=torch.float64,
-            ),
-            "sum",
-            tag="metrics",
-        )
         compute_s = stats.seconds - stats.comm_s - stats.sample_s - stats.reduce_s
-        names = ("epoch_s", "compute_s", "comm_s", "reduce_s", "eval_s", "sample_s", "codec_s")
         local = [stats.seconds, compute_s, stats.comm_s, stats.reduce_s, eval_s, stats.sample_s]
         local += [stats.codec_s, peak_rss_mb()]
-        m = comm.allreduce_(torch.tensor(local, dtype=torch.float64), "max", tag="metrics")
-        maxes = {name: float(m[i]) for i, name in enumerate(names)}
+        local += [sum(comm.bytes_sent.values()) - bytes0, comm.bytes_sent["halo"] - halo0]
+        local.append(stats.sampled_edges)
+        # every rank's row, the others zero: the sum is every rank's figures, exact (x + 0 = x)
+        table = torch.zeros(comm.size, len(local), dtype=torch.float64)
+        table[comm.rank] = torch.tensor(local, dtype=torch.float64)
+        comm.allreduce_(table, "sum", tag="metrics")
+        top = table.max(dim=0).values
+        maxes = {name: float(top[i]) for i, name in enumerate(TIMES)}
+        slowest = int(torch.argmax(table[:, 0]))  # the first of equal maxima
+        split = {name: float(table[slowest, i]) for i, name in enumerate(TIMES)}
+        sums = table[:, len(TIMES) + 1 :].sum(dim=0)  # integers: exact in float64
         rec: dict[str, Any] = {"epoch": epoch, "loss": stats.loss, **acc}
         rec.update({k: maxes[k] for k in ("epoch_s", "compute_s", "comm_s", "reduce_s")})
         rec["eval_s"] = maxes["eval_s"]
         rec["comm_bytes"] = int(sums[0])
         rec["halo_bytes"] = int(sums[1])
-        rec["peak_rss_mb"] = round(float(m[-1]), 1)
+        rec["peak_rss_mb"] = round(float(top[len(TIMES)]), 1)
         rec.update(self.record_extra(stats, {**maxes, "sampled_edges": float(sums[2])}))
+        rec["slowest_rank"] = slowest
+        for name in SPLIT:
+            if name != "sample_s" or "sample_s" in rec:  # sampling: where the trainer samples
+                rec[f"slowest_{name}"] = split[name]
+        if "codec_s" in rec:
+            rec["slowest_codec_s"] = split["codec_s"]
         return rec
 
     def fit(self, log: Any | None = None) -> dict[str, Any]:
         """Run the epochs; rank 0 prints a line per epoch and writes JSON lines to ``log``.
+
+        The process's first epoch (``start_epoch``: 1, or the one after a resumed checkpoint)
+        carries the start-up (first calls into the kernels, the transport's first messages):
+        its record says ``"startup": true``, the final record gives its time apart
+        (``startup_epoch_s``) and ``median_epoch_s`` leaves it out (unless it is the only one).
 
         Args:
             log: an open text file for JSON lines (rank 0), or ``None``.
 
         Returns:
             The final summary (``best_val_<metric>``, ``test_<metric>`` at the best validation
-            epoch, ``metric``, ``median_epoch_s``, ...), the same on every rank.
+            epoch, ``metric``, ``median_epoch_s``, ``startup_epoch_s``, ...), the same on every
+            rank.
         """
         comm = self.comm
         best, m = self._track(), self.metric
+        startup_s = 0.0
         for epoch in range(self.start_epoch, self.epochs + 1):
             self.before_epoch(epoch)
             bytes0, halo0 = sum(comm.bytes_sent.values()), comm.bytes_sent["halo"]
@@ -222,7 +244,11 @@ class EpochLoop:
                 acc = self.evaluate()
             eval_s = time.perf_counter() - t_eval
             rec = self.epoch_record(epoch, stats, acc, eval_s, bytes0, halo0)
-            self.history["epoch_s"].append(rec["epoch_s"])
+            if epoch == self.start_epoch:  # the process's first epoch: it carries the start-up
+                rec["startup"] = True
+                startup_s = rec["epoch_s"]
+            else:
+                self.history["epoch_s"].append(rec["epoch_s"])
             if acc and acc[f"val_{m}"] > self.history[best]:
                 self.history[best] = acc[f"val_{m}"]
                 self.history["test_at_best"] = acc[f"test_{m}"]
@@ -239,7 +265,10 @@ class EpochLoop:
             f"test_{m}": self.history["test_at_best"],
             "metric": m,
             "best_epoch": self.history.get("best_epoch"),
-            "median_epoch_s": statistics.median(self.history["epoch_s"] or [0.0]),
+            # the start-up epoch alone where it is the only one
+            "median_epoch_s": statistics.median(self.history["epoch_s"] or [startup_s]),
+            "startup_epoch": self.start_epoch,
+            "startup_epoch_s": startup_s,
             "ranks": comm.size,
             "transport": comm.transport,
             **self.final_extra(),
@@ -253,8 +282,13 @@ def final_line(final: dict[str, Any], threads: int) -> str:
     """The one line both commands print at the end of a run (rank 0)."""
     m = final.get("metric", "acc")
     name = "" if m == "acc" else f"{m} "  # accuracy: the line as it always was
+    startup = ""
+    if "startup_epoch_s" in final and final["epochs"] > final["startup_epoch"]:
+        first = final["startup_epoch_s"]
+        took = f"{first:.2f} s" if first >= 1 else f"{first * 1e3:.1f} ms"
+        startup = f" (epoch {final['startup_epoch']} left out: {took} with the start-up)"
     return (
         f"final: best val {name}{final[f'best_val_{m}']:.4f} (epoch {final['best_epoch']}), test "
         f"at best val {final[f'test_{m}']:.4f}, median epoch {final['median_epoch_s'] * 1e3:.1f} "
-        f"ms, {final['ranks']} rank(s) x {threads} thread(s)"
+        f"ms{startup}, {final['ranks']} rank(s) x {threads} thread(s)"
     )

@@ -212,7 +212,7 @@ def test_bf16_without_hardware_is_refused_and_auto_falls_back(data, monkeypatch,
     """A CPU without bfloat16: ``bf16-mixed`` is the line of ``fullgraph train``; ``auto``
     trains in float32 and says so in one line."""
     why = "this CPU has neither avx512_bf16 nor amx_bf16 (see /proc/cpuinfo)"
-    monkeypatch.setattr(fullgraph.precision, "bf16_unsupported", lambda device: why)
+    monkeypatch.setattr(fullgraph.precision, "_cpu_flags", lambda: frozenset({"avx512f"}))
     with pytest.raises(ConfigError) as want:
         resolve_precision("bf16-mixed", "cpu")
     with pytest.raises(ConfigError) as info:
@@ -222,13 +222,14 @@ def test_bf16_without_hardware_is_refused_and_auto_falls_back(data, monkeypatch,
     model = pyg.distribute(pyg_nn.GCNConv(data.num_features, 4), data, precision="auto")
     assert model.fullgraph_precision == "32" and data.fullgraph.plan.row_dtype is None
     err = capsys.readouterr().err
-    assert err == f"fullgraph.pyg: --precision auto: {why}; training in float32\n"
+    assert err == f"fullgraph.pyg: --precision auto: float32, {why}\n"
 
 
 @needs_bf16
-def test_a_part_runs_its_models_at_one_precision(data) -> None:
+def test_a_part_runs_its_models_at_one_precision(data, monkeypatch) -> None:
     """The part's halo plan carries the precision: a second model at another one is refused,
-    at the same one converted; ``auto`` resolves to bf16-mixed here."""
+    at the same one converted; ``auto`` resolves to bf16-mixed on a CPU with AMX."""
+    monkeypatch.setattr(fullgraph.precision, "_cpu_flags", lambda: frozenset({"amx_bf16"}))
     model = pyg.distribute(pyg_nn.GCNConv(data.num_features, 4), data, precision="auto")
     assert model.fullgraph_precision == "bf16-mixed"
     assert data.fullgraph.plan.row_dtype == torch.bfloat16

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import subprocess
 import sys
 
@@ -179,21 +180,54 @@ def test_bf16_forward_halo_rows_are_half_the_bytes() -> None:
 
 
 def test_resolve_precision(monkeypatch) -> None:
-    """32 stays 32; where bf16 is missing, auto falls back with a line and bf16-mixed refuses."""
+    """32 stays 32; auto says what it resolved to and why; where bf16 is missing, bf16-mixed
+    refuses."""
     import fullgraph.precision as precision
 
     assert resolve_precision("32", "cpu") == ("32", None)
     if bf16_unsupported("cpu") is None:
-        assert resolve_precision("auto", "cpu") == ("bf16-mixed", None)
         assert resolve_precision("bf16-mixed", "cpu") == ("bf16-mixed", None)
     monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx512f"}))
     got, note = resolve_precision("auto", "cpu")
-    assert got == "32" and "neither avx512_bf16 nor amx_bf16" in note and "float32" in note
+    assert got == "32" and note.startswith("--precision auto: float32, this CPU has neither")
     with pytest.raises(ConfigError, match=r"^--precision bf16-mixed: this CPU has neither"):
         resolve_precision("bf16-mixed", "cpu")
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx512_bf16", "amx_bf16"}))
+    assert resolve_precision("auto", "cpu") == (
+        "bf16-mixed",
+        "--precision auto: bf16-mixed, this CPU has AMX (amx_bf16)",
+    )
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="GPU has no bfloat16"):
             resolve_precision("bf16-mixed", "cuda")
+
+
+#: ``/proc/cpuinfo`` flags lines (shortened) of the CPUs ``auto`` tells apart
+EPYC_AVX512_BF16 = "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni"
+XEON_AMX = "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
+NO_BF16 = "flags\t\t: fpu sse2 avx2 avx512f"
+
+
+def test_auto_pays_only_with_amx_or_a_bf16_gpu() -> None:
+    """``auto`` is bf16-mixed on a CPU with AMX and on a GPU with bfloat16; float32 on a CPU
+    with AVX-512 BF16 alone (computes bfloat16, no faster) or without bfloat16, and on a GPU
+    without it; each says why."""
+    from fullgraph.precision import auto_precision, parse_cpu_flags
+
+    assert auto_precision("cpu", XEON_AMX) == ("bf16-mixed", "this CPU has AMX (amx_bf16)")
+    got, why = auto_precision("cpu", EPYC_AVX512_BF16)
+    assert got == "32" and "avx512_bf16 but no AMX (amx_bf16)" in why
+    assert "docs/train.md, Precision" in why
+    got, why = auto_precision("cpu", NO_BF16)
+    assert got == "32" and "neither avx512_bf16 nor amx_bf16" in why
+    assert auto_precision("cpu", parse_cpu_flags(f"processor\t: 0\n{XEON_AMX}\n"))[0] != "32"
+    assert auto_precision("cpu", "")[0] == "32" and parse_cpu_flags("no flags here") == set()
+    assert auto_precision("cuda", NO_BF16, cuda_bf16=True) == (
+        "bf16-mixed",
+        "this GPU computes bfloat16",
+    )
+    got, why = auto_precision("cuda:1", XEON_AMX, cuda_bf16=False)  # the GPU decides, not the CPU
+    assert got == "32" and "GPU has no bfloat16" in why
 
 
 def test_config_refuses_unknown_precision() -> None:
@@ -227,9 +261,9 @@ def test_cli_unknown_precision_is_one_line(command: str) -> None:
     assert len(lines) == 1 and "--precision must be one of 32, bf16-mixed, auto" in lines[0]
 
 
-def test_cli_without_bf16_refuses_or_falls_back(monkeypatch, capsys) -> None:
+def test_cli_without_bf16_refuses_or_falls_back(monkeypatch, capsys, tmp_path) -> None:
     """A CPU without bfloat16: bf16-mixed is one line and exit status 2; auto trains in
-    float32 after one line saying so."""
+    float32 after one line saying so; so it does on a CPU with AVX-512 BF16 and no AMX."""
     import fullgraph.precision as precision
     from fullgraph.cli import main as cli_main
 
@@ -240,7 +274,14 @@ def test_cli_without_bf16_refuses_or_falls_back(monkeypatch, capsys) -> None:
     assert len(err) == 1 and "--precision bf16-mixed: this CPU has neither" in err[0], err
     assert cli_main([*tiny, "--precision", "auto"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--precision auto:" in err[0] and "float32" in err[0], err
+    assert len(err) == 1 and "--precision auto: float32, this CPU has neither" in err[0], err
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    assert cli_main([*tiny, "--precision", "auto", "--log-json", str(tmp_path / "a.jsonl")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and "--precision auto: float32, this CPU has avx512_bf16 but no AMX" in err[0]
+    )
+    assert json.loads((tmp_path / "a.config.json").read_text())["config"]["precision"] == "32"
 
 
 @needs_bf16

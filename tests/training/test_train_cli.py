@@ -19,6 +19,7 @@ import torch
 from mp_utils import one_thread, run_mpi
 
 from fullgraph.cli import main as cli_main
+from fullgraph.commands.train import MODEL_NOT_KEPT
 
 TRAIN = ["-m", "fullgraph.cli", "train"]
 FIELDS = {"epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "compute_s", "comm_s"}
@@ -91,6 +92,14 @@ def test_one_process_cli_and_bad_options(small_graph, tmp_path: Path, capsys) ->
         assert cli_main(["train", "--synthetic", "tiny", "--epochs", "3", "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "epoch    3" in out and "final: best val" in out
+    # no --save-model, no --log-json: the last line says the model is not kept, and how to
+    assert out.strip().splitlines()[-1] == MODEL_NOT_KEPT and "--save-model PATH" in MODEL_NOT_KEPT
+    model = tmp_path / "m.pt"
+    with one_thread():
+        argv = ["train", "--synthetic", "tiny", "--epochs", "2", "--threads", "1"]
+        assert cli_main([*argv, "--save-model", str(model)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("model (best validation, epoch ") and last.endswith(str(model))
     assert cli_main(["train", "--synthetic", "tiny", "--layers", "0"]) == 2
     assert "--layers must be an integer >= 1, got 0" in capsys.readouterr().err
     assert cli_main(["train", "--epochs", "3"]) == 2
