@@ -77,10 +77,11 @@ def read_gnn_benchmark(
             .astype(np.float32)
         )
     elif "attr_matrix" in arrays:
-        x = np.asarray(numbers(arrays, "attr_matrix", path, 2), dtype=np.float32)
+        x = numbers(arrays, "attr_matrix", path, 2)
         if x.shape[0] != n:
             raise DataError(f"{path}: attr_matrix has {x.shape[0]} rows but adj_shape {n} nodes")
-        check_finite(x, "attr_matrix", path)
+        check_finite(x, "attr_matrix", path)  # as stored: 1e308 is refused before float32
+        x = np.asarray(x, dtype=np.float32)
     y = labels(arrays, "labels", path, n)
     weights = np.asarray(arrays["adj_data"], dtype=np.float32)
     values = {"edge_weight": weights} if (weights != 1).any() else {}  # binary: no weights

@@ -58,10 +58,11 @@ def read_heterophilous(
     need_arrays(arrays, keys, path)
     n = numbers(arrays, "node_labels", path, 1).shape[0]
     y = labels(arrays, "node_labels", path, n)
-    x = np.asarray(numbers(arrays, "node_features", path, 2), dtype=np.float32)
+    x = numbers(arrays, "node_features", path, 2)
     if x.shape[0] != n:
         raise DataError(f"{path}: node_features has {x.shape[0]} rows but {n} node_labels")
-    check_finite(x, "node_features", path)
+    check_finite(x, "node_features", path)  # as stored: 1e308 is refused before float32
+    x = np.asarray(x, dtype=np.float32)
     edges = integers(arrays, "edges", path, ndim=2)
     if edges.shape[1] != 2:
         raise DataError(f"{path}: edges have shape {edges.shape}, expected (E, 2)")

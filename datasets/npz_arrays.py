@@ -127,10 +127,25 @@ def integers(arrays: dict, key: str, path: Path, ndim: int = 1) -> np.ndarray:
     return a.astype(np.int64, copy=False)
 
 
+#: The largest float32: the readers keep features and edge values as float32, so a float64
+#: value beyond it (1e308) would become an infinity.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def check_finite(a: np.ndarray, key: str, path: Path) -> None:
-    """Raise :class:`DataError` when array ``key`` holds NaN or infinite values."""
-    if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
-        raise DataError(f"{path}: {key} holds NaN or infinite values; features must be finite")
+    """Raise :class:`DataError` when array ``key`` holds a value that is not a finite float32
+    (NaN, an infinity, or beyond float32's range), naming its first position."""
+    if not np.issubdtype(a.dtype, np.floating):
+        return
+    ok = np.abs(a) <= FLOAT32_MAX  # False for NaN as well
+    if not ok.all():
+        where = np.unravel_index(int(np.argmin(ok)), a.shape)
+        at = ", ".join(str(int(i)) for i in where)
+        raise DataError(
+            f"{path}: {key}[{at}] is {a[where].item()!r}, not a finite float32 (NaN, inf, or "
+            f"beyond +-3.4e38; {int(ok.size - np.count_nonzero(ok))} such value(s) in all); "
+            f"values must be finite"
+        )
 
 
 def labels(arrays: dict, key: str, path: Path, n: int) -> np.ndarray:

@@ -25,8 +25,8 @@ import numpy as np
 from tqdm import tqdm
 
 from fullgraph.atomic import atomic_dir, atomic_write_json
-from fullgraph.datasets.edges import edges_to_csr_with_values, index_to_mask
-from fullgraph.datasets.graph import GRAPH_ARRAYS, Graph, first_overlap
+from fullgraph.datasets.edges import check_edge_ids, edges_to_csr_with_values, index_to_mask
+from fullgraph.datasets.graph import GRAPH_ARRAYS, Graph, first_overlap, nonfinite_rows
 from fullgraph.datasets.ogb_writer import MARKER_FORMAT
 from fullgraph.datasets.paths import raw_dir
 from fullgraph.errors import DataError
@@ -166,8 +166,31 @@ def read_csv_columns(
         raise DataError(f"{path}: the file holds no rows; replace it with an intact copy")
     out = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
     if dtype.startswith("int") and not np.issubdtype(out.dtype, np.integer):
-        raise DataError(f"{path}: a row has an empty field where an integer belongs")
+        line = int(np.argmax(np.isnan(out).any(axis=1))) + 1  # the nulls read as NaN
+        raise DataError(
+            f"{path}: line {line} has an empty field (or 'nan') where an integer belongs"
+        )
     return np.ascontiguousarray(out)
+
+
+def refuse_non_finite(path: Path, values: np.ndarray, row: str) -> None:
+    """Raise :class:`DataError` naming ``path`` and its first line that holds a value that is
+    not a finite float32 (NaN, an infinity, or a number beyond float32's range such as 1e308,
+    which reading turned into an infinity).
+
+    Args:
+        path: the file the rows were read from, one row per line.
+        values: its rows, float32 [rows] or [rows, columns].
+        row: what a row is, for the message (``node``, ``edge``).
+    """
+    bad = nonfinite_rows(values.reshape(values.shape[0], -1))
+    if bad.size:
+        first = int(bad[0])
+        raise DataError(
+            f"{path}: line {first + 1} ({row} {first}) holds a value that is not a finite "
+            f"float32 (NaN, inf, or beyond +-3.4e38), {bad.size} such line(s) in all; values "
+            f"must be finite"
+        )
 
 
 def _read_count(path: Path, least: int) -> int:
@@ -287,6 +310,13 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
             f"{label_path}: {yf.shape[0]} labels but {n} nodes ({n_path.name}); one of the two "
             f"files is wrong"
         )
+    infinite = np.isinf(yf)  # NaN is OGB's "unlabelled"; an infinity is a damaged row
+    if infinite.any():
+        v = int(np.argmax(infinite))
+        raise DataError(
+            f"{label_path}: line {v + 1} (node {v}) holds label {yf[v]:g}; a label is a class "
+            f"id (or NaN for an unlabelled node)"
+        )
     labelled = np.isfinite(yf)
     if labelled.any() and (yf[labelled] < 0).any():
         raise DataError(f"{label_path}: negative label {yf[labelled].min():g}")
@@ -306,19 +336,20 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
         raise DataError(f"{edge_path}: {edges.shape[0]} edges but num-edge-list says {m}")
     src, dst = edges[:, 0].copy(), edges[:, 1].copy()
     del edges
-    values = _edge_values(raw, name, m)
-    try:
-        indptr, indices, values = edges_to_csr_with_values(
-            src,
-            dst,
-            n,
-            values,
-            symmetric=symmetric,
-            remove_self_loops=remove_self_loops,
-            what=str(edge_path),
-        )
+    try:  # an id out of range: this file or num-node-list.csv.gz is wrong
+        check_edge_ids(src, dst, n, str(edge_path))
     except DataError as exc:
         raise DataError(f"{exc} ({says}; one of the two files is wrong)") from None
+    values = _edge_values(raw, name, m)  # each file checked by itself (its own name, its rows)
+    indptr, indices, values = edges_to_csr_with_values(
+        src,
+        dst,
+        n,
+        values,
+        symmetric=symmetric,
+        remove_self_loops=remove_self_loops,
+        what=f"{edge_path} with {', '.join(EDGE_VALUE_FILES[k] for k in values)}",
+    )
     del src, dst
     x = None
     feat = raw / "node-feat.csv.gz"
@@ -329,12 +360,7 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
                 f"{feat}: {x.shape[0]} feature rows but {n} nodes ({n_path.name}); one of the "
                 f"two files is wrong"
             )
-        bad_rows = np.flatnonzero(~np.isfinite(x).all(axis=1))
-        if bad_rows.size:
-            raise DataError(
-                f"{feat}: features hold NaN or infinite values in {bad_rows.size} rows "
-                f"(first: node {int(bad_rows[0])}); features must be finite"
-            )
+        refuse_non_finite(feat, x, "node")
     split = _split_dir(d, marker)
     masks = {}
     for key, fname in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
@@ -381,6 +407,7 @@ def _edge_values(raw: Path, name: str, m: int) -> dict[str, np.ndarray]:
         )
         if v.shape[0] != m:
             raise DataError(f"{path}: {v.shape[0]} rows but num-edge-list says {m} edges")
+        refuse_non_finite(path, v, "edge")
         values[key] = v.reshape(-1) if weight else v
     return values
 

@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from fullgraph.datasets.edges import edges_to_csr
-from fullgraph.datasets.graph import Graph
+from fullgraph.datasets.graph import Graph, nonfinite_rows
 from fullgraph.datasets.paths import raw_dir
 from fullgraph.errors import DataError
 
@@ -79,8 +79,12 @@ def _dense(mat: object, path: Path) -> np.ndarray:
         raise DataError(f"{path}: expected a numeric matrix, found {kind}")
     if x.ndim != 2:
         raise DataError(f"{path}: expected a matrix, found shape {x.shape}")
-    if not np.isfinite(x).all():
-        raise DataError(f"{path}: holds NaN or infinite values; features must be finite")
+    bad = nonfinite_rows(x)  # in float32: a float64 1e308 became an infinity
+    if bad.size:
+        raise DataError(
+            f"{path}: row {int(bad[0])} holds NaN or infinite values (or one beyond float32's "
+            f"+-3.4e38), {bad.size} such row(s) in all; features must be finite"
+        )
     return x
 
 

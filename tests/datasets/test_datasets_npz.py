@@ -154,7 +154,7 @@ BENCHMARK_CASES = {
     "attr-indptr": (_set("attr_indptr", [0, 2, 1, 3, 4, 5, 6]), r"attr_indptr decreases"),
     "attr-index": (_set("attr_indices", [0, 1, 2, 3, 4, 0]), r"attr_indices holds column 4"),
     "attr-rows": (_set("attr_shape", [N - 1, 4]), r"attr_indptr has 7 entries"),
-    "attr-nan": (_nan_attr, r"attr_data holds NaN or infinite values"),
+    "attr-nan": (_nan_attr, r"attr_data\[\d+\] is nan, not a finite float32"),
     "attr-piece-missing": (_drop("attr_indices"), r"missing arrays \['attr_indices'\]"),
     "labels-missing": (_drop("labels"), r"missing arrays \['labels'\]"),
     "labels-negative": (
@@ -194,7 +194,7 @@ HETERO_CASES = {
     "labels-negative": (_set("node_labels", [0, 1, 0, -3, 1, 0]), r"negative label -3"),
     "features-nan": (
         _set("node_features", np.full((N, 2), np.nan, np.float32)),
-        r"node_features holds NaN",
+        r"node_features\[0, 0\] is nan, not a finite float32",
     ),
     "features-rows": (_set("node_features", np.zeros((N - 1, 2))), r"node_features has 5 rows"),
     "features-1d": (_set("node_features", np.zeros(N)), r"node_features has shape \(6,\)"),
