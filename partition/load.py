@@ -127,18 +127,23 @@ def check_part_counts(root: Path, meta: dict, rank: int, arrays: dict[str, np.nd
         return PartitionError(f"{meta_path}: {name} is {value} but {problem}; {REWRITE}")
 
     where = f"parts[{rank}]"
-    rows = {k: int(arrays[k].shape[0]) if arrays[k].ndim else -1 for k in arrays}
+    # the dimensions first: a count below is never read off a scalar (no "-1 entries")
+    for name in ("indptr", "indices", "global_ids", "in_degree", "y", "send_index", *SPLITS):
+        if arrays[name].ndim != 1:
+            raise PartitionError(f"{root / file(name)} has shape {arrays[name].shape}, not 1-D")
+    rows = {k: int(arrays[k].shape[0]) if arrays[k].ndim else 0 for k in arrays}
     if rows["indptr"] != ni + 1:
         raise field(
             f"{where}.num_inner",
             ni,
-            f"{file('indptr')} has {rows['indptr']} entries, for {rows['indptr'] - 1} inner nodes",
+            f"{file('indptr')} has {rows['indptr']} entries (not num_inner + 1 = {ni + 1})",
         )
     if rows["global_ids"] != ni + nh:
         raise field(
             f"{where}.num_halo",
             nh,
-            f"{file('global_ids')} has {rows['global_ids'] - ni} rows after the {ni} inner nodes",
+            f"{file('global_ids')} has {rows['global_ids']} rows (not num_inner + num_halo = "
+            f"{ni} + {nh})",
         )
     for name, want, what in (
         ("in_degree", ni + nh, "num_inner + num_halo"),
@@ -152,9 +157,6 @@ def check_part_counts(root: Path, meta: dict, rank: int, arrays: dict[str, np.nd
             raise field(
                 f"{where}.num_inner", ni, f"{file(name)} has {rows[name]} rows (not {what})"
             )
-    for name in ("indptr", "indices", "global_ids", "in_degree", "y", "send_index", *SPLITS):
-        if arrays[name].ndim != 1:
-            raise PartitionError(f"{root / file(name)} has shape {arrays[name].shape}, not 1-D")
     x = arrays["x"]
     if x.ndim != 2 or x.shape[1] != meta["num_features"]:
         raise field("num_features", meta["num_features"], f"{file('x')} has shape {x.shape}")
@@ -226,6 +228,7 @@ def check_part_counts(root: Path, meta: dict, rank: int, arrays: dict[str, np.nd
         )
     if "num_send" in part and part["num_send"] != num_send:
         raise field(f"{where}.num_send", part["num_send"], f"{file('send_index')} has {num_send}")
+    check_halo_maps(root, rank, ni, arrays)
     nnz = int(indices.shape[0])
     for name, want in (
         ("edge_weight", (nnz,)),
@@ -237,6 +240,34 @@ def check_part_counts(root: Path, meta: dict, rank: int, arrays: dict[str, np.nd
                 f"{root / file(name)} has shape {list(arrays[name].shape)}, expected "
                 f"{list(want)} (aligned with {file('indices')}); {REWRITE}"
             )
+
+
+def check_halo_maps(root: Path, rank: int, num_inner: int, arrays: dict[str, np.ndarray]) -> None:
+    """The cheap invariants of part ``rank``'s halo maps (checked on every load, also without
+    checksums): it exchanges no rows with itself and sends inner nodes only.
+
+    One pass over ``send_index``: a damaged file is refused here rather than as an
+    ``IndexError`` deep in the first exchange.
+
+    Raises:
+        PartitionError: naming the file and the first id out of range.
+    """
+    send, recv = arrays["send_offsets"], arrays["recv_offsets"]
+    for name, off in (("send_offsets", send), ("recv_offsets", recv)):
+        if off[rank + 1] != off[rank]:
+            raise PartitionError(
+                f"{root / file_key(rank, name)}: part {rank} exchanges "
+                f"{int(off[rank + 1] - off[rank])} rows with itself (a part sends and receives "
+                f"only other parts' rows); {REWRITE}"
+            )
+    index = arrays["send_index"]
+    if index.size and (index.min() < 0 or index.max() >= num_inner):
+        bad = int(index.min()) if index.min() < 0 else int(index.max())
+        pos = int(np.argmax(index == bad))
+        raise PartitionError(
+            f"{root / file_key(rank, 'send_index')}: entry {pos} sends node {bad}, outside the "
+            f"part's {num_inner} inner nodes [0, {num_inner}); {REWRITE}"
+        )
 
 
 def load_partition(
