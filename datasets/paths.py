@@ -19,7 +19,8 @@ def check_dataset_name(name: object) -> str:
     """Raise :class:`DataError` unless ``name`` is a plain dataset name, not a path.
 
     A plain name is non-empty, made of ASCII letters, digits, ``-``, ``_`` and ``.``, and does
-    not start with ``.`` (so ``.``, ``..`` and the hidden temporaries of atomic writes are out).
+    not start with ``.`` (so ``.``, ``..`` and the hidden temporaries of atomic writes are out)
+    or ``-`` (``--dataset -x`` would read as an option).
 
     Args:
         name: the dataset name as given (``--name``, ``--dataset``, ``load(name, ...)``).
@@ -37,8 +38,11 @@ def check_dataset_name(name: object) -> str:
         raise DataError("dataset name is empty; give a plain name (letters, digits, '-', '_', '.')")
     if "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
         raise DataError(f"dataset name {name!r} {allowed}, not a path")
-    if name.startswith("."):
-        raise DataError(f"dataset name {name!r} {allowed} that does not start with '.'")
+    if name.startswith((".", "-")):
+        raise DataError(
+            f"dataset name {name!r} {allowed} that does not start with {name[0]!r}"
+            + (" (a command line would take it for an option)" if name[0] == "-" else "")
+        )
     bad = sorted(set(name) - _NAME_CHARS)
     if bad:
         raise DataError(f"dataset name {name!r} {allowed}; it holds {''.join(bad)!r}")

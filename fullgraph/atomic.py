@@ -507,9 +507,13 @@ def check_output(
             under a regular file or in a place that cannot be written.
         FileExistsError: ``path`` exists and ``exist_ok`` is false.
     """
-    path = Path(path)
+    given, path = str(path), Path(path)
     if path.name in ("", ".", ".."):
-        raise ConfigError(f"{option} {path}: needs a {kind} name, not {path.name or '/'!r}")
+        last = given.rstrip("/").rsplit("/", 1)[-1] or "/"
+        raise ConfigError(
+            f"{option} {given}: needs a {kind} name of its own, not {last!r} (a directory that "
+            f"holds other things); give a new path such as {option} {Path(given) / 'out'}"
+        )
     if os.path.lexists(path):
         if kind == "file" and path.is_dir():
             raise ConfigError(f"{option} {path} is a directory; give a file path")

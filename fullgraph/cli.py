@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import signal
 import socket
 import sys
@@ -75,11 +76,29 @@ def summary(name: str) -> str:
     return next(text for _, command, text in SUBCOMMANDS if command == name)
 
 
+#: A word that starts like a negative number (``-1,5`` for ``--fanouts``, ``-1e-3``): the value
+#: of the option before it, never an option (argparse's own pattern takes plain numbers only).
+NEGATIVE_VALUE = re.compile(r"^-(\d|\.\d)[\d,.eE+-]*$")
+_MISSING_VALUE = re.compile(r"^argument (-[^ :/]+)(?:/\S+)?: expected one argument$")
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (and where ``--help`` is), exit status 2."""
+    """An argument parser whose errors are one line (and where ``--help`` is), exit status 2.
+
+    Values that start like negative numbers (``--fanouts -1,5``) are values, not options.
+    """
+
+    def __init__(self, *args: typing.Any, **kwargs: typing.Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_VALUE
 
     def error(self, message: str) -> typing.NoReturn:
-        """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit 2."""
+        """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit 2; an option left without
+        its value is told how to give one that starts with ``-`` (``--name=-x``)."""
+        missing = _MISSING_VALUE.match(message)
+        if missing:
+            opt = missing.group(1)
+            message += f" (a value that starts with '-' goes as {opt}=VALUE)"
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
