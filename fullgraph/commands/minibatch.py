@@ -2,9 +2,12 @@
 
 ``mpirun -n P fullgraph minibatch --dataset NAME --root DIR --fanouts 15,10,5 --batch-size B``
 reads the whole graph on every rank (memory-mapped, so shared by the ranks of a machine), trains
-with sampled blocks and prints the same per-epoch line (and writes the same JSON fields) as
-``fullgraph train``: both run on the scaffold of :mod:`fullgraph.run.command` and the epochs
-of :mod:`fullgraph.run.epochs`.
+with sampled blocks and prints the same start line, memory-plan line, per-epoch line (and
+writes the same JSON fields) as ``fullgraph train``: both run on the scaffold of
+:mod:`fullgraph.run.command` and the epochs of :mod:`fullgraph.run.epochs`. Within an epoch rank
+0 prints a progress line every ``--progress-every`` seconds. ``--save-model`` (default
+``<log stem>.model.pt`` beside ``--log-json``) writes ``fullgraph train``'s model file, by the
+same output rules, so ``fullgraph predict`` and ``fullgraph export`` read it.
 """
 
 from __future__ import annotations
@@ -14,13 +17,13 @@ import dataclasses
 import sys
 from typing import Any
 
-from fullgraph.minibatch.config import MinibatchConfig, MinibatchData
+from fullgraph.commands.train import MODEL_NOT_KEPT
+from fullgraph.minibatch.config import MinibatchConfig, MinibatchData, ProgressOptions
 from fullgraph.run.command import Command, Job
 from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
 
-#: Run options the baseline has no use for (it keeps no checkpoints and writes no model file);
-#: its --force is its own.
-_NO_CHECKPOINTS = ("checkpoint", "checkpoint_every", "resume", "force", "save_model")
+#: Run options the baseline has no use for (it keeps no checkpoints); its --force is its own.
+_NO_CHECKPOINTS = ("checkpoint", "checkpoint_every", "resume", "force")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,10 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     outputs = p.add_argument_group("run outputs")
     RunOptions.add_arguments(outputs, exclude=_NO_CHECKPOINTS)
+    ProgressOptions.add_arguments(outputs)
     outputs.add_argument(
         "--force",
         action="store_true",
-        help="replace the --log-json of an earlier run (only a log fullgraph wrote)",
+        help="replace the --log-json and --save-model of an earlier run (only files fullgraph "
+        "wrote: a training log, a model file)",
     )
     p.set_defaults(func=MinibatchCommand.main)
 
@@ -62,11 +67,13 @@ class MinibatchCommand(Command):
     """
 
     name = "minibatch"
+    writes_model = True
 
     def configure(self) -> None:
         """The shared options (the device is the CPU), then the data and the experiment."""
         self.runtime = RuntimeOptions.from_args(self.args, device="cpu")
         self.io = RunOptions.from_args(self.args)
+        self.progress = ProgressOptions.from_args(self.args)
         self.data = MinibatchData.from_args(self.args)
         self.config = MinibatchConfig.from_args(self.args)
 
@@ -75,7 +82,7 @@ class MinibatchCommand(Command):
         from fullgraph.datasets.paths import dataset_inputs
         from fullgraph.errors import ConfigError
 
-        self.io.check_apart_from(dataset_inputs(self.data.dataset, self.data.root))
+        self.io.check_apart_from(dataset_inputs(self.data.dataset, self.data.root), model=True)
         precision = self.resolve_precision(self.config.precision)
         self.config = dataclasses.replace(self.config, precision=precision)
         if self.transport == "nccl":
@@ -84,7 +91,8 @@ class MinibatchCommand(Command):
 
     def run(self, job: Job) -> dict[str, Any]:
         """Outputs checked, the dataset loaded, the memory check, then the epochs."""
-        return _train(job, self.data, self.config, self.runtime.memory_check)
+        return _train(job, self.data, self.config, self.runtime.memory_check,
+                      self.progress.progress_every)  # fmt: skip
 
 
 def _memory_check(job: Job, graph: Any, config: MinibatchConfig, check: str) -> list[str]:
@@ -96,7 +104,7 @@ def _memory_check(job: Job, graph: Any, config: MinibatchConfig, check: str) -> 
 
 
 def _train(
-    job: Job, data: MinibatchData, config: MinibatchConfig, memory_check: str
+    job: Job, data: MinibatchData, config: MinibatchConfig, memory_check: str, progress: float
 ) -> dict[str, Any]:
     """Outputs checked, dataset loaded (both agreed by all ranks), then the epochs."""
     from fullgraph.datasets import load, require_features
@@ -119,17 +127,37 @@ def _train(
 
     graph = job.agree(load_graph)
     # the memory check (rank 0), before the model is built: refused, or warned about
-    for line in job.agree(lambda: _memory_check(job, graph, config, memory_check)):
-        print(f"fullgraph minibatch: {line}", file=sys.stderr, flush=True)
-    trainer = MinibatchTrainer(graph, job.comm, config, quiet=job.run.quiet)
+    plan_lines = job.agree(lambda: _memory_check(job, graph, config, memory_check))
+    for line in plan_lines:
+        if line.startswith("warning:"):
+            print(f"fullgraph minibatch: {line}", file=sys.stderr, flush=True)
+    quiet = job.run.quiet
+    model_path = job.run.model_path()
+    trainer = MinibatchTrainer(graph, job.comm, config, quiet=quiet, model_path=model_path,
+                               progress_every=progress, data_label=data.dataset)  # fmt: skip
     resolved = {
-        "config": {**config.to_dict(), "quiet": job.run.quiet},
+        "config": {**config.to_dict(), "quiet": quiet},
         "data": data.dataset,
         "metric": trainer.metric,
     }
     if "split" in graph.meta:
         resolved["split"] = graph.meta["split"]
-    final = trainer.fit(job.start(resolved))
+    log = job.start(resolved)
+    batches = -(-int(trainer.train_nodes.size) // config.batch_size)
+    job.start_line(
+        f"model sage L={len(config.fanouts)} H={config.hidden}, fanouts "
+        f"{','.join(map(str, config.fanouts))}, batch size {config.batch_size} ({batches} "
+        f"step(s)/epoch), epochs 1..{config.epochs}, metric {trainer.metric}, precision "
+        f"{config.precision}"
+    )
+    for line in plan_lines:  # the prediction with the other start lines
+        if not line.startswith("warning:") and not quiet:
+            print(line, flush=True)
+    final = trainer.fit(log)
     if job.comm.rank == 0:
         print(final_line(final, job.threads), flush=True)
+        if model_path is not None and model_path.is_file() and not quiet:
+            print(f"model (best validation, epoch {final['best_epoch']}): {model_path}", flush=True)
+        elif model_path is None and not quiet:
+            print(MODEL_NOT_KEPT, flush=True)
     return final

@@ -8,7 +8,10 @@ fit its memory (``--node-memory``, default this machine's). A node that does not
 command with one line and exit status 2. The model options are ``fullgraph train``'s own
 (:class:`~fullgraph.training.config.TrainConfig`). With ``--predict`` the peak is
 ``fullgraph predict``'s with that model (no gradients, no optimiser state, the output rows
-written a window at a time), beside the training peak. Nothing is written.
+written a window at a time), beside the training peak. With ``--dataset NAME --root DIR`` (or
+``--synthetic PRESET``) instead of ``--parts`` the run planned is ``fullgraph train``'s one
+process on the whole graph, read as that run reads it. ``fullgraph plan minibatch`` plans a
+``fullgraph minibatch`` run (:mod:`fullgraph.commands.plan_minibatch`). Nothing is written.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from fullgraph.config import Config, number, option
 from fullgraph.errors import ConfigError
@@ -30,7 +34,7 @@ from fullgraph.memory.model import (
     predict_quickly,
 )
 from fullgraph.memory.plan import GIB, MIB, machine_memory_bytes, mib, node_fits, ranks_label
-from fullgraph.training.config import TrainConfig
+from fullgraph.training.config import TrainConfig, TrainData
 
 #: Column headings of the terms in the table (same order as :data:`TERMS`).
 SHORT = {
@@ -47,9 +51,8 @@ SHORT = {
 
 @dataclass
 class PlanOptions(Config):
-    """What ``fullgraph plan`` looks at besides the model: the parts and the nodes."""
+    """What ``fullgraph plan`` looks at besides the model and its data: the nodes."""
 
-    parts: str | None = option(None, "partition directory written by `fullgraph partition`")
     ranks_per_node: int | None = option(
         None,
         "ranks on each node, consecutive ranks together (default: all on one node)",
@@ -77,12 +80,32 @@ class PlanOptions(Config):
         metavar="MB",
     )
 
+
+@dataclass
+class PlanData(TrainData):
+    """What the planned run reads: a partition, or a whole graph trained in one process."""
+
+    parts: str | None = option(
+        None, "partition directory written by `fullgraph partition` (or its meta.json)",
+        metavar="DIR",
+    )  # fmt: skip
+    dataset: str | None = option(
+        None, "plan `fullgraph train --dataset NAME`: the whole graph in one process"
+    )
+    synthetic: str | None = option(
+        None, "plan `fullgraph train --synthetic PRESET` (one process)", metavar="PRESET"
+    )
+
     def check(self) -> None:
-        """``--parts`` is required."""
-        if not self.parts or not str(self.parts).strip():
+        """One source, as ``fullgraph train`` (``--parts DIR``, ``--dataset`` with ``--root``,
+        or ``--synthetic``)."""
+        if self.parts is None and self.dataset is None and self.synthetic is None:
             raise ConfigError(
-                "--parts DIR is required (a directory written by `fullgraph partition`)"
+                "--parts DIR is required (a directory written by `fullgraph partition`), or "
+                "--dataset NAME --root DIR (or --synthetic PRESET) to plan one process on the "
+                "whole graph; `fullgraph plan minibatch` plans the mini-batch baseline"
             )
+        super().check()
 
 
 def verified_shape(parts: str) -> GraphShape:
@@ -125,14 +148,23 @@ def format_table(
         preds: every rank's prediction.
         headings: column headings of the terms (default :data:`SHORT`).
     """
+    sizes = [[str(q.num_inner), str(q.num_halo), str(q.num_edges)] for q in graph.parts]
+    return size_table(["inner", "halo", "edges"], sizes, preds, headings)
+
+
+def size_table(
+    size_head: list[str],
+    sizes: list[list[str]],
+    preds: list[Prediction],
+    headings: dict[str, str] | None = None,
+) -> list[str]:
+    """:func:`format_table` with the size columns given: ``size_head`` and a row per rank."""
     short = headings or SHORT
-    head = ["rank", "inner", "halo", "edges"] + [short[t] for t in TERMS] + ["total", "peak in"]
+    head = ["rank", *size_head] + [short[t] for t in TERMS] + ["total", "peak in"]
     rows = [head]
-    for part, p in zip(graph.parts, preds, strict=True):
+    for size, p in zip(sizes, preds, strict=True):
         rows.append(
-            [str(p.rank), str(part.num_inner), str(part.num_halo), str(part.num_edges)]
-            + [mib(p.terms[t]) for t in TERMS]
-            + [mib(p.total), p.phase]
+            [str(p.rank), *size] + [mib(p.terms[t]) for t in TERMS] + [mib(p.total), p.phase]
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
     return [
@@ -162,23 +194,58 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Predicted peak training memory of every rank, term by term, and whether the "
             "ranks of each node fit its memory (--predict: the peak of `fullgraph predict` "
             "with the model). Reads the partition's sizes (every file is "
-            "checked against its checksum) and measures the process floor by training the "
+            "checked against its checksum), or with --dataset / --synthetic the whole graph "
+            "of a one-process run, and measures the process floor by training the "
             "same model for two epochs on a 64-node graph in this process (seconds; "
-            "--floor-mb gives it instead); nothing is written."
+            "--floor-mb gives it instead); nothing is written. `fullgraph plan minibatch "
+            "...` plans a `fullgraph minibatch` run (see `fullgraph plan minibatch --help`)."
         ),
     )
+    from fullgraph.commands import plan_minibatch
     from fullgraph.run.options import add_options
 
-    plan = p.add_argument_group("plan")
-    plan.add_argument(
-        "--parts",
-        required=True,
-        metavar="DIR",
-        help="partition directory written by `fullgraph partition` (or its meta.json)",
+    add_options(
+        p,
+        ("data (one of)", PlanData, ("no_verify",)),
+        ("plan", PlanOptions, ()),
+        ("model and optimiser", TrainConfig, ("epochs", "metric")),
     )
-    PlanOptions.add_arguments(plan, exclude=("parts",))
-    add_options(p, ("model and optimiser", TrainConfig, ("epochs", "metric")))
     p.set_defaults(func=run_plan)
+    kinds = p.add_subparsers(dest="plan_kind", metavar="[minibatch]", action=OptionsAfter)
+    plan_minibatch.register(kinds)
+
+
+class OptionsAfter(argparse._SubParsersAction):
+    """``fullgraph plan``'s run kinds (``minibatch``), with the options of the kind after its
+    name: one given before it (``fullgraph plan --hidden 64 minibatch``) is refused in one line
+    rather than silently replaced by the kind's default."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:  # fmt: skip
+        """Refuse options given before the kind, then parse the kind's own."""
+        given = [
+            a.option_strings[0]
+            for a in parser._actions
+            if a.option_strings and a.dest != "help" and getattr(namespace, a.dest) != a.default
+        ]
+        if given:
+            parser.error(
+                f"{', '.join(given)} given before `{values[0]}`: the options of "
+                f"`{parser.prog} {values[0]}` go after it"
+            )
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _shape(data: PlanData, cfg: TrainConfig) -> tuple[GraphShape, str]:
+    """The planned run's shape and how to name its data: a partition's, every file verified,
+    or the whole graph's, read as ``fullgraph train`` reads it (one process)."""
+    if data.parts is not None:
+        return verified_shape(data.parts), f"{data.parts}"
+    part = data.load_part(None, 0, cfg.seed)
+    shape = GraphShape.from_part(part, data.label)
+    del part
+    named = f"--dataset {data.dataset} --root {data.root}" if data.dataset else data.label
+    return shape, f"the whole graph in one process, {named}"
 
 
 def _floor(cfg: TrainConfig, graph: GraphShape, ranks_per_node: int) -> int:
@@ -204,9 +271,10 @@ def _floor(cfg: TrainConfig, graph: GraphShape, ranks_per_node: int) -> int:
 def run_plan(args: argparse.Namespace) -> int:
     """Handler of ``fullgraph plan``; returns the exit status."""
     opts = PlanOptions.from_args(args)
+    data = PlanData.from_args(args)
     cfg = TrainConfig.from_args(args)
     check_modelled(cfg)
-    graph = verified_shape(opts.parts)
+    graph, named = _shape(data, cfg)
     per_node = opts.ranks_per_node or graph.num_parts
     node_memory = int(opts.node_memory * GIB) if opts.node_memory else machine_memory_bytes()
     if opts.floor_mb is not None:
@@ -219,7 +287,7 @@ def run_plan(args: argparse.Namespace) -> int:
     mode = "predict" if opts.predict else "train"
     preds = predict_quickly(graph, cfg, floor, mode)
     print(
-        f"fullgraph plan: {graph.dataset}, {graph.num_parts} part(s) ({opts.parts}), "
+        f"fullgraph plan: {graph.dataset}, {graph.num_parts} part(s) ({named}), "
         f"{describe(cfg)}; process floor {mib(floor)} MiB ({source})"
     )
     what = "`fullgraph predict`" if opts.predict else "training"
@@ -243,6 +311,22 @@ def run_plan(args: argparse.Namespace) -> int:
             f"largest rank (predict: {mib(max(p.total for p in preds))} MiB); predict / training "
             f"at most {preds[worst].total / max(trained[worst].total, 1):.2f} (rank {worst})"
         )
+    print_fits(preds, per_node, node_memory, "a narrower model or halo compression")
+    return 0
+
+
+def print_fits(preds: list[Prediction], per_node: int, node_memory: int, advice: str) -> None:
+    """Every node's verdict; one that does not fit ends the command.
+
+    Args:
+        preds: every rank's prediction.
+        per_node: ranks on each node, consecutive ranks together.
+        node_memory: the memory of one node, bytes.
+        advice: the last of the remedies named (after more ranks, fewer per node).
+
+    Raises:
+        ConfigError: a node does not fit (one line naming the worst).
+    """
     fits = node_fits(preds, per_node, node_memory)
     for nf in fits:
         verdict = "fits" if nf.fits else "does NOT fit"
@@ -257,6 +341,5 @@ def run_plan(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"does not fit: node {worst.node} ({ranks_label(worst.ranks)}) needs "
             f"{worst.need / GIB:.2f} GiB of {worst.have / GIB:.2f} GiB; use more ranks, "
-            f"fewer per node (--ranks-per-node), a narrower model or halo compression"
+            f"fewer per node (--ranks-per-node), {advice}"
         )
-    return 0

@@ -143,16 +143,12 @@ class TrainCommand(Command):
             resolved["split"] = split
         log = job.start(resolved, trainer.start_epoch)
         quiet = job.run.quiet
-        if comm.rank == 0 and not quiet:
-            print(
-                f"fullgraph train: {comm.size} rank(s), transport {comm.transport}, "
-                f"{job.threads} thread(s)/rank, model {cfg.model} L={cfg.layers} "
-                f"H={cfg.hidden}, epochs {trainer.start_epoch}..{cfg.epochs}, metric "
-                f"{trainer.metric}, precision {cfg.precision}, halo compression "
-                f"fwd {cfg.compress_fwd} bwd {cfg.compress_bwd}"
-                f"{' + error feedback' if cfg.error_feedback else ''}",
-                flush=True,
-            )
+        job.start_line(
+            f"model {cfg.model} L={cfg.layers} H={cfg.hidden}, epochs "
+            f"{trainer.start_epoch}..{cfg.epochs}, metric {trainer.metric}, precision "
+            f"{cfg.precision}, halo compression fwd {cfg.compress_fwd} bwd {cfg.compress_bwd}"
+            f"{' + error feedback' if cfg.error_feedback else ''}"
+        )
         graphs = trainer.ctx.train_graphs
         if comm.rank == 0 and not quiet and graphs is not None:
             for i, graph in enumerate(graphs):

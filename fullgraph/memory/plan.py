@@ -96,6 +96,13 @@ PREDICT_ADVICE = (
 )
 
 
+#: What a refusal of ``fullgraph minibatch`` suggests.
+MINIBATCH_ADVICE = (
+    "use a narrower model (--hidden), more ranks or fewer per node (`fullgraph plan minibatch` "
+    "shows every rank)"
+)
+
+
 def memory_verdict(fits: list[NodeFit], check: str, advice: str = TRAIN_ADVICE) -> list[str]:
     """Refuse (``check == "refuse"``) or warn about the nodes that would not fit.
 
@@ -119,6 +126,7 @@ def memory_verdict(fits: list[NodeFit], check: str, advice: str = TRAIN_ADVICE) 
         f"{nf.need / GIB:.2f} GiB of this machine's {nf.have / GIB:.2f} GiB"
         + (" (`fullgraph plan` shows every rank)" if advice == TRAIN_ADVICE else "")
         + (" (`fullgraph plan --predict` shows every rank)" if advice == PREDICT_ADVICE else "")
+        + (" (`fullgraph plan minibatch` shows every rank)" if advice == MINIBATCH_ADVICE else "")
         for nf in bad
     ]
 
@@ -217,10 +225,14 @@ class StartupPlan:
         if self.unmodelled:
             return [f"memory plan: none ({self.unmodelled})"]
         preds, fits = self._fits(graph)
-        p0 = preds[0]
-        terms = ", ".join(f"{TERMS[t]} {mib(v)}" for t, v in p0.terms.items() if v)
-        line = f"memory plan: rank 0 peak {mib(p0.total)} MiB in {p0.phase} ({terms} MiB)"
-        return [line, *memory_verdict(fits, self.check, self._advice)]
+        return [plan_line(preds[0]), *memory_verdict(fits, self.check, self._advice)]
+
+
+def plan_line(pred: Prediction) -> str:
+    """The start line of a rank's predicted peak (``train``, ``minibatch``): ``memory plan:
+    rank 0 peak 413 MiB in setup (graph structure 1, ..., process floor 410 MiB)``."""
+    terms = ", ".join(f"{TERMS[t]} {mib(v)}" for t, v in pred.terms.items() if v)
+    return f"memory plan: rank {pred.rank} peak {mib(pred.total)} MiB in {pred.phase} ({terms} MiB)"
 
 
 def check_minibatch(graph: Any, cfg: Any, ranks: int, ranks_per_node: int, check: str) -> list[str]:
@@ -237,7 +249,8 @@ def check_minibatch(graph: Any, cfg: Any, ranks: int, ranks_per_node: int, check
         check: ``--memory-check`` (:data:`MEMORY_CHECKS`).
 
     Returns:
-        ``warning:`` lines (``warn``), else none.
+        Rank 0's ``memory plan:`` line (:func:`plan_line`) and a ``warning:`` line per node
+        that would not fit (``warn``); none with ``off``.
 
     Raises:
         ConfigError: ``refuse`` and a node would not fit.
@@ -250,5 +263,5 @@ def check_minibatch(graph: Any, cfg: Any, ranks: int, ranks_per_node: int, check
     preds = predict_minibatch(graph.num_nodes, graph.num_edges, graph.num_features,
                               graph.num_classes, cfg, ranks, per_node,
                               current_rss_bytes())  # fmt: skip
-    advice = "use a narrower model (--hidden), more ranks or fewer per node"
-    return memory_verdict(node_fits(preds, per_node, machine_memory_bytes()), check, advice)
+    fits = node_fits(preds, per_node, machine_memory_bytes())
+    return [plan_line(preds[0]), *memory_verdict(fits, check, MINIBATCH_ADVICE)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fullgraph.config import (
     NON_NEGATIVE,
@@ -17,12 +18,25 @@ from fullgraph.config import (
 )
 from fullgraph.errors import ConfigError
 from fullgraph.metrics import METRIC_CHOICES
-from fullgraph.precision import precision_option
+from fullgraph.precision import check_precision
 from fullgraph.training.config import (
     METRIC_HELP,
     OPTIONAL_SPLIT,
     SPLIT_HELP,
     InputDropoutConfig,
+)
+
+if TYPE_CHECKING:
+    from fullgraph.training.config import TrainConfig
+
+#: ``--precision`` of the baseline: what bf16-mixed does there (no halo rows: every rank holds
+#: the whole graph).
+PRECISION_HELP = (
+    "32 (float32) or bf16-mixed: the training forward of the sampled blocks under "
+    "torch.autocast to bfloat16 (weight products in bfloat16; a neighbour mean of bfloat16 "
+    "rows summed in float32), parameters, optimiser state, loss and gradient all-reduce in "
+    "float32; the layer-wise evaluation (and the saved model) is float32 at any precision; "
+    "auto: what `fullgraph train --precision auto` picks on this CPU (docs/train.md, Precision)"
 )
 
 
@@ -68,7 +82,49 @@ class MinibatchConfig(InputDropoutConfig, Config):
     eval_every: int = option(1, "evaluate every N epochs", check=POSITIVE_INT)
     metric: str = option("auto", METRIC_HELP, choices=METRIC_CHOICES)
     seed: int = option(0, "seed of weights, batches and sampling", check=SEED)
-    precision: str = precision_option()
+    precision: str = option("32", PRECISION_HELP, check=check_precision,
+                            metavar="{32,bf16-mixed,auto}")  # fmt: skip
+
+    def model_config(self) -> TrainConfig:
+        """The :class:`~fullgraph.training.config.TrainConfig` of the same GraphSAGE (mean)
+        model: what the trainer builds (:meth:`~fullgraph.training.config.TrainConfig.
+        build_model`) and what its model file holds, so that ``fullgraph predict`` and
+        ``fullgraph export`` run it (its fanouts and batch size are kept in ``extra``)."""
+        from fullgraph.training.config import TrainConfig
+
+        return TrainConfig(
+            model="sage",
+            layers=len(self.fanouts),
+            hidden=self.hidden,
+            dropout=self.dropout,
+            input_dropout=self.input_dropout,
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            weight_decay_scope="all",
+            epochs=self.epochs,
+            seed=self.seed,
+            eval_every=self.eval_every,
+            metric=self.metric,
+            precision=self.precision,
+            extra={
+                "trained_by": "fullgraph minibatch",
+                "fanouts": list(self.fanouts),
+                "batch_size": self.batch_size,
+            },
+        )
+
+
+@dataclass
+class ProgressOptions(Config):
+    """How ``fullgraph minibatch`` reports an epoch while it runs (rank 0)."""
+
+    progress_every: float = option(
+        10.0,
+        "seconds between progress lines within an epoch (batches done, loss so far, time "
+        "left), rank 0; 0: none; none with --quiet",
+        check=NON_NEGATIVE,
+        metavar="S",
+    )
 
 
 @dataclass

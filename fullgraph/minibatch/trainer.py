@@ -10,12 +10,15 @@ whole batch. Sampling and dropout are keyed by global node ids, so P ranks and o
 compute the same gradients. Evaluation is exact layer-wise full-graph inference with the rows
 split over the ranks, each rank holding only its rows of a layer
 (:mod:`fullgraph.minibatch.inference`). The epochs, their line and JSON fields are the shared
-skeleton of :mod:`fullgraph.run.epochs`.
+skeleton of :mod:`fullgraph.run.epochs`. Rank 0 keeps the model of the best validation score
+and writes it as ``fullgraph train``'s model file (:mod:`fullgraph.training.model_file`), and
+prints a progress line within an epoch every ``progress_every`` seconds.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,17 +27,18 @@ import torch.nn.functional as F
 
 from fullgraph.datasets import Graph
 from fullgraph.distributed.communicator import Communicator
-from fullgraph.errors import DataError
+from fullgraph.errors import DataError, TrainingDiverged
 from fullgraph.metrics import resolve_metric
 from fullgraph.minibatch.config import MinibatchConfig
 from fullgraph.minibatch.inference import RowOperator, layerwise_inference, row_range
 from fullgraph.minibatch.model import block_forward
 from fullgraph.minibatch.sampler import NeighborSampler, global_batches, rank_share
-from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
+from fullgraph.models.gnn import load_parameter_vector, parameter_vector
 from fullgraph.precision import autocast
 from fullgraph.run.epochs import EpochLoop, EpochStats, reduce_gradients
 from fullgraph.run.metrics import split_metrics
 from fullgraph.run.optim import Adam
+from fullgraph.training.model_file import model_state, save_model_file
 
 
 class MinibatchTrainer(EpochLoop):
@@ -45,14 +49,28 @@ class MinibatchTrainer(EpochLoop):
             shared by the ranks of a machine).
         comm: the communicator.
         config: the run's configuration.
-        quiet: no per-epoch lines.
+        quiet: no per-epoch or progress lines.
+        model_path: where rank 0 writes the best-validation model file, or ``None``.
+        progress_every: seconds between rank 0's progress lines within an epoch (0: none).
+        data_label: how the model file names the data (``fullgraph predict`` prints it).
     """
 
     def __init__(
-        self, graph: Graph, comm: Communicator, config: MinibatchConfig, quiet: bool = False
+        self,
+        graph: Graph,
+        comm: Communicator,
+        config: MinibatchConfig,
+        quiet: bool = False,
+        *,
+        model_path: Path | None = None,
+        progress_every: float = 0.0,
+        data_label: str = "",
     ) -> None:
         super().__init__()
         self.epochs, self.eval_every, self.quiet = config.epochs, config.eval_every, quiet
+        self.model_path, self.data_label = model_path, data_label or graph.name
+        self.progress_every = 0.0 if quiet else progress_every
+        self._best_model: dict[str, Any] | None = None
         if graph.x is None:
             raise DataError(f"{graph.name}: graph has no node features to train on")
         self.graph, self.comm, self.config = graph, comm, config
@@ -70,15 +88,8 @@ class MinibatchTrainer(EpochLoop):
         self.lo, self.hi = row_range(graph.num_nodes, comm.rank, comm.size)
         self.rows = RowOperator.of(graph.indptr, graph.indices, self.lo, self.hi)
         torch.manual_seed(config.seed)
-        self.model = GNN(
-            "sage",
-            graph.num_features,
-            config.hidden,
-            graph.num_classes,
-            len(config.fanouts),
-            config.dropout,
-            config.resolved_input_dropout(),
-        )
+        self.model_config = config.model_config()  # the model file's config
+        self.model = self.model_config.build_model(graph.num_features, graph.num_classes)
         flat = parameter_vector(self.model)
         load_parameter_vector(self.model, comm.broadcast_(flat, root=0))
         self.optimizer = Adam(
@@ -135,6 +146,8 @@ class MinibatchTrainer(EpochLoop):
         """All global batches of ``epoch``: gradient, all-reduce, Adam step."""
         total = EpochStats()
         batches = global_batches(self.train_nodes, self.config.batch_size, self.config.seed, epoch)
+        start = last = time.perf_counter()
+        seen = 0
         for index, batch in enumerate(batches):
             loss, s = self.gradient(epoch, index, batch)
             t0 = time.perf_counter()
@@ -145,6 +158,14 @@ class MinibatchTrainer(EpochLoop):
             total.reduce_s += s.reduce_s
             total.sampled_edges += s.sampled_edges
             total.steps += 1
+            seen += batch.size
+            now = time.perf_counter()
+            due = self.progress_every > 0 and now - last >= self.progress_every
+            if due and index + 1 < len(batches) and self.comm.rank == 0:
+                last = now
+                print(progress_line(epoch, index + 1, len(batches), now - start,
+                                    total.loss * self.train_nodes.size / seen),
+                      flush=True)  # fmt: skip
         return total
 
     @torch.no_grad()
@@ -165,3 +186,43 @@ class MinibatchTrainer(EpochLoop):
             "sampled_edges": int(maxes["sampled_edges"]),
             "steps": stats.steps,
         }
+
+    # -- the best model ----------------------------------------------------------------------
+    def on_best(self, epoch: int, acc: dict[str, float]) -> None:
+        """Rank 0 keeps a CPU copy of the model of the best validation score so far."""
+        if self.comm.rank != 0 or self.model_path is None:
+            return
+        m = self.metric
+        info = {"epoch": epoch, "metric": m, "val": acc.get(f"val_{m}"),
+                "test": acc.get(f"test_{m}"), "data": self.data_label}  # fmt: skip
+        self._best_model = model_state(self.model, self.model_config, self.graph.num_features,
+                                       self.graph.num_classes, info)  # fmt: skip
+
+    def after_epoch(self, epoch: int) -> None:
+        """The best model file, written after the last epoch."""
+        if epoch == self.epochs:
+            self._save_best_model()
+
+    def fit(self, log: Any | None = None) -> dict[str, Any]:
+        """The epochs (:meth:`EpochLoop.fit`); a run that diverged still leaves its best model
+        file."""
+        try:
+            return super().fit(log)
+        except TrainingDiverged:
+            self._save_best_model()
+            raise
+
+    def _save_best_model(self) -> None:
+        if self.comm.rank == 0 and self.model_path is not None and self._best_model is not None:
+            save_model_file(self.model_path, self._best_model)
+            self._best_model = None
+
+
+def progress_line(epoch: int, done: int, batches: int, seconds: float, loss: float) -> str:
+    """Rank 0's line within an epoch: ``epoch 3: batch 120/400, 30.1 s, loss 1.2345 so far,
+    ~70 s left``."""
+    left = seconds * (batches - done) / max(done, 1)
+    return (
+        f"epoch {epoch:4d}: batch {done}/{batches}, {seconds:.1f} s, loss {loss:.4f} so far, "
+        f"~{left:.0f} s left"
+    )

@@ -106,6 +106,16 @@ class Job:
         self.started = True
         return log
 
+    def start_line(self, details: str) -> None:
+        """Rank 0's first line of a run, unless ``--quiet``: ``fullgraph COMMAND: P rank(s),
+        transport T, N thread(s)/rank, DETAILS`` (the model, epochs, metric, precision...)."""
+        if self.comm.rank == 0 and not self.run.quiet:
+            print(
+                f"fullgraph {self.command}: {self.comm.size} rank(s), transport "
+                f"{self.comm.transport}, {self.threads} thread(s)/rank, {details}",
+                flush=True,
+            )
+
     def close(self) -> None:
         """Close the log and release the checkpoint directory (removing it when this run made
         it and failed before writing anything there)."""
