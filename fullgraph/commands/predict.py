@@ -261,6 +261,11 @@ class PredictCommand(Command):
             )
         with phase("part loading"):
             part = job.agree(lambda: self.data.load_part(self.parts, comm.rank, mf.config.seed))
+        if mf.config.edge_weight:
+            from fullgraph.training.assembly import check_edge_weights
+
+            wanted_by = f"--model {mf.path} was trained with --edge-weight"
+            job.agree(lambda p=part: check_edge_weights(p, wanted_by, self.data))
         if self.parts is None:  # one process: the sizes are known once the graph is loaded
             check_widths(mf, int(part.num_features), int(part.num_classes), self._named())
             warnings = self._memory_check(GraphShape.from_part(part, self.data.label), 1)

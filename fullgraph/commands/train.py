@@ -113,6 +113,10 @@ class TrainCommand(Command):
             part = job.agree(lambda: data.load_part(self.parts, comm.rank, cfg.seed))
         if self.parts is None:  # one process: the sizes are known once the graph is loaded
             from fullgraph.metrics import resolve_metric
+            from fullgraph.training.assembly import check_edge_weights
+
+            if cfg.edge_weight:
+                check_edge_weights(part, "--edge-weight", data)
 
             resolve_metric(cfg.metric, part.meta.get("dataset"), int(part.num_classes))
             shape = GraphShape.from_part(part, data.label)

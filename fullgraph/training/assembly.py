@@ -26,6 +26,7 @@ import torch
 
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.distributed.compression import HaloCompression
+from fullgraph.distributed.faults import agree
 from fullgraph.distributed.halo import HaloPlan, SplitOperator
 from fullgraph.distributed.receptive_field import prune_layers
 from fullgraph.errors import ConfigError
@@ -36,7 +37,7 @@ from fullgraph.models.layers import LayerOptions, layer_class
 from fullgraph.models.layers.gcn import weighted_gcn_operator
 from fullgraph.partition import Partition
 from fullgraph.precision import compute_dtype
-from fullgraph.training.config import TrainConfig
+from fullgraph.training.config import TrainConfig, TrainData
 
 
 def as_tensor(a: Any, dtype: type[np.generic]) -> torch.Tensor:
@@ -112,6 +113,39 @@ def build_operator(
         kind = layer_class(model).variant(options)
         a = kind.operator(base, as_tensor(part.in_degree, np.int64), ni)
     return _split_columns(a, ni)
+
+
+def check_edge_weights(part: Partition, wanted_by: str, data: TrainData) -> None:
+    """Refuse a run that weighs its edges (``wanted_by`` says why) on data without weights,
+    in one line naming the data as the command line gave it and what to give instead.
+
+    Args:
+        part: this rank's part (the whole graph in one process).
+        wanted_by: what asks for the weights (``--edge-weight``, or the model file).
+        data: the command's data options (``--parts``, ``--dataset``, ``--synthetic``).
+
+    Raises:
+        ConfigError: ``part`` stores no edge weights.
+    """
+    if part.edge_weight is not None:
+        return
+    if data.parts:
+        problem = (
+            f"--parts {data.parts} stores no edge weights; partition a graph that has them "
+            f"(raw/edge_weight.csv.gz in the OGB layout, or data.edge_weight)"
+        )
+    elif data.dataset:
+        problem = (
+            f"--dataset {data.dataset} --root {data.root} has no edge weights (an OGB-layout "
+            f"raw/edge_weight.csv.gz, or an .npz with weighted adj_data); give a dataset that "
+            f"has them"
+        )
+    else:
+        problem = (
+            f"--synthetic {data.synthetic} generates no edge weights; write a weighted graph "
+            f"with `fullgraph data synth --edge-weight` and give it as --dataset"
+        )
+    raise ConfigError(f"{wanted_by}: {problem}")
 
 
 def _weighted_gcn(
