@@ -11,7 +11,8 @@ command with one line and exit status 2. The model options are ``fullgraph train
 written a window at a time), beside the training peak. With ``--dataset NAME --root DIR`` (or
 ``--synthetic PRESET``) instead of ``--parts`` the run planned is ``fullgraph train``'s one
 process on the whole graph, read as that run reads it. ``fullgraph plan minibatch`` plans a
-``fullgraph minibatch`` run (:mod:`fullgraph.commands.plan_minibatch`). Nothing is written.
+``fullgraph minibatch`` run (:mod:`fullgraph.commands.plan_minibatch`). Nothing is written (but
+a dataset's ``processed/`` cache, which the loader writes on its first read, as the run does).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ options of ``fullgraph minibatch`` reads the dataset's sizes as the run reads th
 a lower bound: the sampled blocks of a step are not counted) and says, for every node, whether
 its ranks fit its memory; a node that does not fit ends the command with one line and exit
 status 2. The process floor is this process's resident memory once the graph is read, as at the
-run's own check (``--floor-mb`` gives it instead). Nothing is written.
+run's own check (``--floor-mb`` gives it instead). Nothing is written (but the dataset's
+``processed/`` cache, which the loader writes on the first read of a dataset, as the run does).
 """
 
 from __future__ import annotations
