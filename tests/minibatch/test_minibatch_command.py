@@ -109,8 +109,9 @@ def test_predict_on_the_model_file_gives_the_layerwise_logits(
     trained: dict, root: Path, tmp_path: Path, capsys
 ) -> None:
     model = trained["model"]
-    assert f"model (best validation, epoch {trained['records'][-1]['best_epoch']}): {model}" in (
-        trained["out"]
+    assert (
+        f"model (best validation, epoch {trained['records'][-1]['best_epoch']}): {model}"
+        in (trained["out"])
     )
     mf = load_model_file(model)
     assert mf.config.model == "sage" and mf.config.layers == 2 and mf.config.hidden == 16
