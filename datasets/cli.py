@@ -99,6 +99,33 @@ def setup_logging() -> None:
     )
 
 
+def check_synth_fits(preset: str, edge_dim: int, edge_weight: bool) -> None:
+    """Refuse, before anything is drawn, edge values that cannot fit in this machine's memory.
+
+    Raises:
+        ConfigError: naming the size needed, the memory there is and the largest
+            ``--edge-dim`` that fits.
+    """
+    from fullgraph.datasets.synthetic import (
+        EDGE_FEATURE_DRAW_BYTES,
+        PRESETS,
+        edge_values_bytes,
+    )
+    from fullgraph.errors import ConfigError
+    from fullgraph.resources import node_memory_bytes
+
+    need, have = edge_values_bytes(preset, edge_dim, edge_weight), node_memory_bytes()
+    if need <= have:
+        return
+    edges = PRESETS[preset].num_edges
+    widest = max(0, (have // edges - (32 if edge_weight else 0)) // EDGE_FEATURE_DRAW_BYTES)
+    raise ConfigError(
+        f"--edge-dim {edge_dim}: drawing {edge_dim:,} features for each of the {edges:,} edges "
+        f"of --preset {preset} takes about {need / 2**30:,.1f} GiB, but this machine offers "
+        f"{have / 2**30:,.1f} GiB; ask for --edge-dim {widest:,} or less (or a smaller --preset)"
+    )
+
+
 def _synth(args: argparse.Namespace) -> int:
     from fullgraph.atomic import check_output
     from fullgraph.datasets.ogb_writer import DATASET
@@ -122,6 +149,7 @@ def _synth(args: argparse.Namespace) -> int:
         ours=DATASET,
         advice="choose another --name or --root, or remove it yourself",
     )
+    check_synth_fits(args.preset, args.edge_dim, args.edge_weight)
     timer = StageTimer()
     with timer.stage("generate"):
         graph = generate(args.preset, seed=args.seed)

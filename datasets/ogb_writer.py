@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 #: Version of the meta.json marker written beside OGB-layout data.
 MARKER_FORMAT = "fullgraph-ogb-v1"
 _ROWS_PER_BATCH = 1_000_000
+#: Values per CSV batch written (rows x columns), whatever the width.
+_CELLS_PER_BATCH = 1 << 24
 #: The files of ``raw/`` and of ``split/<scheme>/`` written here.
 _RAW_FILES = {
     "edge.csv.gz",
@@ -113,7 +115,12 @@ def _write_columns(path: Path, columns: dict[str, np.ndarray], desc: str) -> Non
     import pyarrow.csv as pacsv
 
     n = next(iter(columns.values())).shape[0]
-    opts = pacsv.WriteOptions(include_header=False, batch_size=65536, quoting_style="none")
+    # rows per batch shrink with the width: a batch's text stays far below arrow's 2 GiB
+    # buffers (a 40,000-wide edge_feat row is ~400 KB of text)
+    rows = max(1, min(_ROWS_PER_BATCH, _CELLS_PER_BATCH // max(1, len(columns))))
+    opts = pacsv.WriteOptions(
+        include_header=False, batch_size=min(65536, rows), quoting_style="none"
+    )
     with (
         gzip.open(path, "wb", compresslevel=1) as sink,
         tqdm(
@@ -125,8 +132,8 @@ def _write_columns(path: Path, columns: dict[str, np.ndarray], desc: str) -> Non
             disable=n < 5 * _ROWS_PER_BATCH,
         ) as bar,
     ):
-        for s in range(0, max(n, 1), _ROWS_PER_BATCH):
-            e = min(n, s + _ROWS_PER_BATCH)
+        for s in range(0, max(n, 1), rows):
+            e = min(n, s + rows)
             table = pa.table({k: pa.array(v[s:e]) for k, v in columns.items()})
             pacsv.write_csv(table, sink, opts)
             bar.update(e - s)

@@ -269,6 +269,18 @@ def generate(preset: str = "tiny", seed: int = 0, **overrides: float) -> Graph:
     return graph.validate()
 
 
+#: Bytes per (undirected edge x edge feature) while :func:`with_edge_values` draws the rows:
+#: the float64 draw (8), both directions of it in float64 (16) and in float32 (8).
+EDGE_FEATURE_DRAW_BYTES = 32
+
+
+def edge_values_bytes(preset: str, edge_dim: int, edge_weight: bool) -> int:
+    """The peak bytes :func:`with_edge_values` takes for ``preset``'s graph (its edge count is
+    the preset's, known before anything is generated), for the check before ``data synth``."""
+    edges = _config(preset, {}).num_edges
+    return edges * (EDGE_FEATURE_DRAW_BYTES * int(edge_dim) + (32 if edge_weight else 0))
+
+
 def with_edge_values(
     graph: Graph, *, edge_weight: bool = True, edge_dim: int = 0, seed: int = 0
 ) -> Graph:

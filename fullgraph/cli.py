@@ -191,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{label}: error: {prefix}{one_line(exc)}", file=sys.stderr)
         return code
     except (MemoryError, RuntimeError) as exc:
-        oom = out_of_memory(exc)
+        words = [a for a in argv if not a.startswith("-")][:2]  # "data synth": its own levers
+        oom = out_of_memory(exc, " ".join(words) if chosen == "data" else chosen or "")
         if oom is None:
             if watchdog.terminated:
                 return _terminated(label)

@@ -104,9 +104,42 @@ class OutOfMemory(FullgraphError):
 _OOM_TEXTS = ("can't allocate memory", "out of memory", "failed to allocate")
 
 
-def out_of_memory(exc: BaseException) -> OutOfMemory | None:
+#: What each command can change when it runs out of memory: its own options only (``data
+#: synth`` has no ranks, ``train`` no --batch-size); a command not named gets the generic line.
+MEMORY_LEVERS: dict[str, str] = {
+    "train": (
+        "`fullgraph plan` predicts every rank's peak (use more ranks or a narrower model, or "
+        "leave --memory-check at refuse)"
+    ),
+    "minibatch": (
+        "use a smaller --batch-size or --fanouts, a narrower --hidden, or more ranks, or leave "
+        "--memory-check at refuse"
+    ),
+    "predict": (
+        "use a partition of more parts on as many ranks (mpirun -n P fullgraph predict --parts "
+        "DIR), or leave --memory-check at refuse"
+    ),
+    "plan": "plan holds one part's sizes at a time; run it where more memory is free",
+    "partition": (
+        "partitioning holds the whole graph in one process; run it where more memory is free"
+    ),
+    "verify": "verify holds one part (and with --root the graph); run it where more is free",
+    "export": "export holds the model only; run it where more memory is free",
+    "data synth": "ask for a smaller --preset or --edge-dim",
+    "data": "the dataset is read whole into this process; run it where more memory is free",
+}
+_GENERIC_LEVERS = "free memory, or run it where more is free"
+
+
+def out_of_memory(exc: BaseException, command: str = "") -> OutOfMemory | None:
     """``exc`` as one line when it is a failed allocation (``MemoryError``, torch's
-    ``DefaultCPUAllocator: can't allocate memory``, CUDA out of memory), else ``None``."""
+    ``DefaultCPUAllocator: can't allocate memory``, CUDA out of memory), else ``None``.
+
+    Args:
+        exc: the error.
+        command: the subcommand that ran (``train``, ``data synth``): the line names its own
+            levers (:data:`MEMORY_LEVERS`); ``""`` or another name: the generic advice.
+    """
     if isinstance(exc, OutOfMemory):
         return exc
     text = str(exc)
@@ -115,10 +148,8 @@ def out_of_memory(exc: BaseException) -> OutOfMemory | None:
     ):
         return None
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return OutOfMemory(
-        f"out of memory: {first[:200]}; `fullgraph plan` predicts every rank's peak (use more "
-        f"ranks or a narrower model, or leave --memory-check at refuse)"
-    )
+    levers = MEMORY_LEVERS.get(command) or MEMORY_LEVERS.get(command.split(" ")[0], "")
+    return OutOfMemory(f"out of memory: {first[:200]}; {levers or _GENERIC_LEVERS}")
 
 
 def mark_replicated(exc: BaseException, *, presumed: bool = False) -> BaseException:

@@ -20,10 +20,27 @@ TORCH_OOM = (
     [MemoryError(), RuntimeError(TORCH_OOM), RuntimeError("CUDA out of memory. Tried to allocate")],
 )
 def test_failed_allocations_become_one_line(exc: BaseException) -> None:
-    oom = out_of_memory(exc)
+    oom = out_of_memory(exc, "train")
     assert isinstance(oom, OutOfMemory) and oom.exit_code == 1
     assert str(oom).startswith("out of memory: ") and "\n" not in str(oom)
     assert "fullgraph plan" in str(oom)
+
+
+@pytest.mark.parametrize(
+    ("command", "levers", "foreign"),
+    [
+        ("data synth", "--edge-dim", "--memory-check"),
+        ("data info", "run it where more memory is free", "ranks"),
+        ("partition", "whole graph in one process", "--memory-check"),
+        ("minibatch", "--batch-size", "fullgraph plan"),
+        ("", "free memory", "--memory-check"),
+    ],
+)
+def test_each_command_is_given_its_own_levers(command: str, levers: str, foreign: str) -> None:
+    """A command is never told of another command's options (issue 31: `data synth` was given
+    train's ranks and --memory-check)."""
+    text = str(out_of_memory(MemoryError("Unable to allocate 10.9 TiB"), command))
+    assert levers in text and foreign not in text
 
 
 @pytest.mark.parametrize("exc", [RuntimeError("shapes do not match"), ValueError("x")])

@@ -49,7 +49,7 @@ def abort_job(comm: Communicator, command: str, exc: BaseException) -> None:
     """
     if isinstance(exc, PeerUnreachable) and not exc.speaker:
         time.sleep(QUIET_WAIT_S)
-    exc = out_of_memory(exc) or exc
+    exc = out_of_memory(exc, command) or exc
     if isinstance(exc, FullgraphError | FileExistsError | FileNotFoundError | PermissionError):
         message = f"fullgraph {command}: error: rank {comm.rank}: {one_line(exc)}\n"
         code = exc.exit_code if isinstance(exc, FullgraphError) else 2
