@@ -90,6 +90,8 @@ class Config:
             check = f.metadata.get("check")
             if check is not None:
                 check(option_name(f.name), value)
+            if isinstance(value, float) and not math.isfinite(value):  # a check that let it by
+                raise ConfigError(f"{option_name(f.name)} must be a finite number, got {value!r}")
         self.check()
 
     def check(self) -> None:

@@ -300,7 +300,9 @@ def measure_floor(cfg: TrainConfig, num_features: int, num_classes: int) -> int:
 
     # the run's model and exchange options; a gentle learning rate (the probe's steps only
     # load code: a run's own lr could make the tiny model diverge, which is not the point)
-    probe = TrainConfig(**{**cfg.to_dict(), "epochs": 2, "eval_every": 1, "lr": 1e-3, "extra": {}})
+    probe = TrainConfig(
+        **{**cfg.to_dict(), "epochs": 2, "eval_every": 1, "lr": 1e-3, "lr_warmup": 0, "extra": {}}
+    )
     trainer = Trainer(_tiny_part(num_features, num_classes), Communicator(), probe,
                       RunOptions(quiet=True))  # fmt: skip
     for epoch in (1, 2):  # the steps and evaluations of fit(), without its hooks and log

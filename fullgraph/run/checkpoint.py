@@ -29,6 +29,7 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,8 @@ CHECKPOINT = OutputKind("a checkpoint", _not_a_checkpoint)
 LOCK = OutputKind("a checkpoint lock", _not_a_lock)
 
 #: Config keys that must match between the checkpoint and the resumed run (any of them changes
-#: the losses from the resumed epoch on).
+#: the losses from the resumed epoch on: the model, its data, the optimiser and the learning-rate
+#: schedule).
 MODEL_KEYS = (
     "model",
     "layers",
@@ -83,7 +85,20 @@ MODEL_KEYS = (
     "aggr",
     "norm",
     "residual",
+    "edge_weight",
+    "improved",
+    "lr_warmup",
+    "lr_schedule",
+    "epochs",
 )
+#: Keys of :data:`MODEL_KEYS` that must match only where the checkpoint's config says so:
+#: key -> (whether it applies, given the saved config; why, for the message).
+MATCH_WHEN: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
+    "epochs": (
+        lambda saved: saved.get("lr_schedule") == "cosine",
+        "under --lr-schedule cosine the epochs are the schedule's length",
+    ),
+}
 
 
 def encode_checkpoint(state: dict[str, Any]) -> bytes:
@@ -255,10 +270,11 @@ class CheckpointDir:
             )
         saved = state.get("config", {})
         for key in MODEL_KEYS:
-            if saved.get(key) != config.get(key):
+            applies, why = MATCH_WHEN.get(key, (lambda _: True, ""))
+            if saved.get(key) != config.get(key) and applies(saved):
                 raise ConfigError(
                     f"--resume: {self.file} has {key}={saved.get(key)!r}, this run has "
-                    f"{config.get(key)!r}"
+                    f"{config.get(key)!r}{f' ({why})' if why else ''}"
                 )
         epoch, epochs = int(state["epoch"]), int(config.get("epochs", 0))
         if epochs <= epoch:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,85 @@ def read_torch_file(
         return torch.load(io.BytesIO(archive), map_location="cpu", weights_only=weights_only)
     except Exception as exc:
         raise ConfigError(f"cannot read {what} {path} ({exc})") from exc
+
+
+def named_values(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """The tensors and floats inside nested dicts and lists, by dotted name.
+
+    ``{"exp_avg": [t0, t1], "lr": 0.01}`` -> ``{"exp_avg.0": t0, "exp_avg.1": t1, "lr": 0.01}``;
+    other leaves (ints, strings, ``None``) are left out.
+    """
+    if isinstance(obj, torch.Tensor | float):
+        return {prefix: obj}
+    items: Any = ()
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, list | tuple):
+        items = enumerate(obj)
+    out: dict[str, Any] = {}
+    for key, value in items:
+        out.update(named_values(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def value_problem(found: Any, expected: Any = None) -> str | None:
+    """Why ``found`` cannot stand for ``expected`` (a tensor or float), else ``None``.
+
+    A tensor must have ``expected``'s dtype and shape (when ``expected`` is given) and hold no
+    NaN or infinity; a float must be finite.
+    """
+    if isinstance(expected, torch.Tensor) and not isinstance(found, torch.Tensor):
+        return f"is a {type(found).__name__}, expected a {expected.dtype} tensor"
+    if isinstance(found, float):
+        return None if math.isfinite(found) else f"is {found}"
+    if not isinstance(found, torch.Tensor):
+        return None
+    if isinstance(expected, torch.Tensor):
+        if found.dtype != expected.dtype:
+            return f"is {found.dtype}, expected {expected.dtype}".replace("torch.", "")
+        if found.shape != expected.shape:
+            return f"has shape {tuple(found.shape)}, expected {tuple(expected.shape)}"
+    if not (found.is_floating_point() or found.is_complex()):
+        return None
+    nan = int(torch.isnan(found).sum())
+    inf = int(torch.isinf(found).sum())
+    if not nan and not inf:
+        return None
+    counts = " and ".join(f"{n} {word}" for n, word in ((nan, "NaN"), (inf, "inf")) if n)
+    return f"has {counts} (of {found.numel()} values)"
+
+
+def check_values(
+    found: dict[str, Any],
+    expected: dict[str, Any] | None = None,
+    *,
+    where: str | Path,
+    what: str = "parameter",
+    remedy: str = "",
+) -> None:
+    """Refuse a saved state whose tensors or floats are not what the model needs.
+
+    Args:
+        found: the saved values by name (a ``state_dict``, or :func:`named_values` of one).
+        expected: the values the model holds by name (dtypes and shapes to match; meta tensors
+            do), or ``None`` to check finiteness only. Names on one side only are refused.
+        where: the file, for the message.
+        what: what the values are (``parameter``, ``optimiser state``).
+        remedy: the way out, appended to the message.
+
+    Raises:
+        ConfigError: one line naming the file and the first bad value (missing, unexpected,
+            another dtype or shape, NaN or infinity).
+    """
+    tail = f"; {remedy}" if remedy else ""
+    if expected is not None:
+        missing = [k for k in expected if k not in found]
+        extra = [k for k in found if k not in expected]
+        if missing:
+            raise ConfigError(f"{where}: {what} {missing[0]!r} is missing{tail}")
+        if extra:
+            raise ConfigError(f"{where}: {what} {extra[0]!r} is not in the model{tail}")
+    for name, value in found.items():
+        problem = value_problem(value, None if expected is None else expected.get(name))
+        if problem is not None:
+            raise ConfigError(f"{where}: {what} {name!r} {problem}{tail}")

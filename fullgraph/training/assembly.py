@@ -160,11 +160,44 @@ def _weighted_gcn(
             "with edge weights: an OGB-layout raw/edge_weight.csv.gz, or data.edge_weight)"
         )
     if edge_weight:
+        check_gcn_degrees(part, 2.0 if improved else 1.0)
         weights = as_tensor(part.edge_weight, np.float32)
         degree = as_tensor(part.in_weight, np.float64)
     else:
         weights, degree = None, as_tensor(part.in_degree, np.int64)
     return weighted_gcn_operator(base, degree, int(part.num_inner), weights, improved)
+
+
+def check_gcn_degrees(part: Partition, fill: float) -> None:
+    """Refuse edge weights under which GCN's ``D^-1/2`` is not defined.
+
+    A node's GCN degree is its self-loop weight ``fill`` plus the weights of its incoming
+    edges; where that is 0 or less (negative weights, NaN), ``deg^-1/2`` is infinite or NaN and
+    the node's row would silently vanish (PyG's ``gcn_norm`` gives NaN). Negative weights as
+    such are data: a degree that stays positive is accepted.
+
+    Args:
+        part: the part (its ``in_weight``: GLOBAL weighted in-degrees of the local nodes).
+        fill: the self-loop weight (2 with ``improved``).
+
+    Raises:
+        ConfigError: one line: how many of the part's nodes, the first one's degree, how many
+            stored weights are negative.
+    """
+    inner = np.asarray(part.in_weight[: part.num_inner], np.float64) + fill
+    bad = np.flatnonzero(~(inner > 0))
+    if bad.size == 0:
+        return
+    first, weights = int(bad[0]), np.asarray(part.edge_weight)
+    name = part.meta.get("dataset") or "the graph"
+    where = f"{name}'s" if part.num_parts == 1 else f"part {part.rank}'s"
+    raise ConfigError(
+        f"gcn with edge weights: {bad.size} of {where} {part.num_inner} nodes have a degree "
+        f"(self-loop {fill:g} + weighted in-degree) <= 0, where D^-1/2 is not defined (node "
+        f"{int(part.global_ids[first])}: {inner[first]:g}); {int((weights < 0).sum())} of its "
+        f"{weights.size} stored edge weights are negative: give weights that keep every degree "
+        f"positive, or use the graph unweighted (a model trained without --edge-weight)"
+    )
 
 
 @dataclass
@@ -272,6 +305,8 @@ def assemble_rank(
         The :class:`RankGraph`.
     """
     device = torch.device(device)
+    if config.edge_weight:  # refused alike on every rank (before any collective of the plan)
+        agree(comm, lambda: check_gcn_degrees(part, 2.0 if config.improved else 1.0))
     data = part_tensors(part)
     if config.normalize_features:
         data["x"] = _normalize_rows(data["x"], comm)

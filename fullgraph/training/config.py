@@ -22,6 +22,7 @@ from fullgraph.config import (
     PROBABILITY,
     SEED,
     Config,
+    check_number,
     check_path,
     number,
     option,
@@ -74,6 +75,24 @@ def _check_aggr(name: str, value: str | None) -> None:
         raise ConfigError(f"{name} must be one of {', '.join(AGGREGATIONS)}, not {value!r}")
 
 
+#: The deepest model ``--layers`` accepts. Every layer is one halo exchange each way per epoch
+#: and its activations kept for the backward pass; the deepest GNNs published train ~1000
+#: layers (RevGNN, with reversible layers fullgraph does not have), and a deeper stack of these
+#: layers only spends minutes building and oversmoothing (issue 31: 100000 ran silently).
+MAX_LAYERS = 1000
+
+
+def _check_layers(name: str, value: int) -> None:
+    """``--layers``: an integer from 1 to :data:`MAX_LAYERS`, refused with the reason."""
+    check_number(name, value, low=1, integer=True)
+    if value > MAX_LAYERS:
+        raise ConfigError(
+            f"{name} {value} is beyond the {MAX_LAYERS} layers fullgraph trains (each layer is "
+            f"a halo exchange each way per epoch and its activations kept; the deepest "
+            f"published GNNs have about {MAX_LAYERS})"
+        )
+
+
 _CODEC_HELP = (
     "fp16/bf16 casts, intN = per-row min/scale with stochastic rounding, packed; none = float32"
 )
@@ -84,7 +103,11 @@ class TrainConfig(InputDropoutConfig, Config):
     """The experiment of a full-batch run (saved in ``config.json`` and the checkpoint)."""
 
     model: str = option("gcn", "layer kind", choices=layer_kinds())
-    layers: int = option(2, "number of layers", check=POSITIVE_INT)
+    layers: int = option(
+        2,
+        f"number of layers (at most {MAX_LAYERS})",
+        check=_check_layers,
+    )
     hidden: int = option(16, "hidden width", check=POSITIVE_INT)
     dropout: float = option(0.5, "dropout before hidden layers", check=PROBABILITY)
     input_dropout: float | None = option(
@@ -132,7 +155,7 @@ class TrainConfig(InputDropoutConfig, Config):
     )
     lr_warmup: int = option(
         0,
-        "epochs of linear learning-rate warm-up up to --lr (default 0: none)",
+        "epochs of linear learning-rate warm-up up to --lr, below --epochs (default 0: none)",
         check=number(low=0, integer=True),
     )
     lr_schedule: str = option(
@@ -210,6 +233,11 @@ class TrainConfig(InputDropoutConfig, Config):
             )
         if self.precompute_first == "on" and self.resolved_input_dropout() > 0:
             raise ConfigError("--precompute-first on needs --input-dropout 0")
+        if self.lr_warmup and self.lr_warmup >= self.epochs:
+            raise ConfigError(
+                f"--lr-warmup {self.lr_warmup} must be below --epochs {self.epochs}: the warm-up "
+                f"would not reach --lr {self.lr:g} within the run"
+            )
 
     def layer_options(self) -> LayerOptions:
         """The per-kind layer options, defaults resolved."""

@@ -28,7 +28,12 @@ import torch
 from fullgraph.atomic import OutputKind, atomic_write_bytes
 from fullgraph.errors import ConfigError
 from fullgraph.models.gnn import GNN
-from fullgraph.run.torch_file import encode_torch_file, not_a_torch_file, read_torch_file
+from fullgraph.run.torch_file import (
+    check_values,
+    encode_torch_file,
+    not_a_torch_file,
+    read_torch_file,
+)
 from fullgraph.training.config import TrainConfig
 
 FORMAT = "fullgraph-model"
@@ -121,12 +126,33 @@ class ModelFile:
         return model.eval()
 
 
+def expected_state(
+    config: TrainConfig, num_features: int, num_classes: int, path: Path
+) -> dict[str, torch.Tensor]:
+    """The state_dict the model a file describes holds, as meta tensors (dtypes and shapes,
+    nothing allocated).
+
+    Raises:
+        ConfigError: the widths or the config build no model.
+    """
+    try:
+        with torch.device("meta"):
+            return dict(config.build_model(num_features, num_classes).state_dict())
+    except (ConfigError, RuntimeError, ValueError) as exc:
+        raise ConfigError(
+            f"{path}: the model it describes cannot be built ({num_features} features, "
+            f"{num_classes} classes: {exc})"
+        ) from None
+
+
 def load_model_file(path: str | Path) -> ModelFile:
     """Read a model file written by ``fullgraph train``.
 
     Raises:
         ConfigError: missing, unreadable, truncated or corrupted (checksum), not a model file
-            (a checkpoint, another format or version), or a config fullgraph cannot build.
+            (a checkpoint, another format or version), a config fullgraph cannot build, or
+            weights the model cannot take: missing, extra, another dtype or shape, NaN or
+            infinity (:func:`~fullgraph.run.torch_file.check_values`).
     """
     path = Path(path)
     obj = read_torch_file(path, what="model file")
@@ -151,6 +177,8 @@ def load_model_file(path: str | Path) -> ModelFile:
     state = obj.get("state_dict")
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ConfigError(f"{path}: the model file holds no state_dict of tensors")
+    num_features, num_classes = int(obj.get("num_features", 0)), int(obj.get("num_classes", 0))
+    check_values(state, expected_state(config, num_features, num_classes, path), where=path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     info = {
         k: v
@@ -161,8 +189,8 @@ def load_model_file(path: str | Path) -> ModelFile:
         path=path,
         sha256=digest,
         config=config,
-        num_features=int(obj.get("num_features", 0)),
-        num_classes=int(obj.get("num_classes", 0)),
+        num_features=num_features,
+        num_classes=num_classes,
         state_dict=state,
         info=info,
     )

@@ -35,6 +35,7 @@ from fullgraph.run.epochs import (
 from fullgraph.run.metrics import split_metrics
 from fullgraph.run.optim import Adam, scheduled_lr
 from fullgraph.run.options import RunOptions
+from fullgraph.run.torch_file import check_values, named_values
 from fullgraph.training.assembly import assemble_rank
 from fullgraph.training.config import TrainConfig
 from fullgraph.training.model_file import model_state, save_model_file
@@ -301,6 +302,7 @@ class Trainer(EpochLoop):
             raise ConfigError("--resume needs --checkpoint DIR")
         try:
             state = self.checkpoints.load(self.resolved_config(), self.partition_hash)
+            self._check_saved(state)
         except ConfigError as exc:
             raise mark_replicated(exc) from None
         self.model.load_state_dict(state["model"])
@@ -314,6 +316,20 @@ class Trainer(EpochLoop):
             compression.residuals = {
                 (int(k[0]), int(k[1])): v for k, v in mine["residuals"].items()
             }
+
+    def _check_saved(self, state: dict[str, Any]) -> None:
+        """Refuse a checkpoint whose weights or optimiser state this model cannot take: names,
+        dtypes and shapes as the model's own, no NaN or infinity (one line naming the file and
+        the tensor)."""
+        where, remedy = self.checkpoints.file, "start over with --force"  # type: ignore[union-attr]
+        check_values(state.get("model", {}), self.model.state_dict(), where=where, remedy=remedy)
+        check_values(
+            named_values(state.get("optimizer", {})),
+            named_values(self.optimizer.state_dict()),
+            where=where,
+            what="optimiser state",
+            remedy=remedy,
+        )
 
     def _checkpoint(self, epoch: int) -> None:
         """Write the checkpoint of ``epoch`` (every rank calls this, at the same epoch)."""

@@ -111,3 +111,43 @@ def test_model_files_that_are_not_one_are_refused(tmp_path: Path) -> None:
         read_torch_file(bad)
     with pytest.raises(ConfigError, match="holds no config"):
         load_model_file(good)
+
+
+def _model_file(path: Path, **changes: torch.Tensor) -> Path:
+    """A model file of an untrained 2-layer GCN (8 features, 3 classes), tensors replaced."""
+    from fullgraph.training.config import TrainConfig
+    from fullgraph.training.model_file import model_state, save_model_file
+
+    config = TrainConfig(model="gcn", hidden=4)
+    state = model_state(config.build_model(8, 3), config, 8, 3, {"epoch": 1})
+    state["state_dict"].update(changes)
+    return save_model_file(path, state)
+
+
+@pytest.mark.parametrize(
+    ("tensor", "needle"),
+    [
+        (torch.tensor([0.1, float("nan"), 0.2]), "'layers.1.lin.bias' has 1 NaN (of 3 values)"),
+        (torch.tensor([float("inf"), 0.0, 0.0]), "'layers.1.lin.bias' has 1 inf"),
+        (torch.tensor([1, 2, 3]), "'layers.1.lin.bias' is int64, expected float32"),
+        (torch.zeros(4), "'layers.1.lin.bias' has shape (4,), expected (3,)"),
+    ],
+)
+def test_a_model_file_with_bad_weights_is_refused_by_predict_and_export(
+    tensor: torch.Tensor, needle: str, tmp_path: Path, capsys
+) -> None:
+    model = _model_file(tmp_path / "model.pt", **{"layers.1.lin.bias": tensor})
+    with pytest.raises(ConfigError, match="model.pt: parameter ") as info:
+        load_model_file(model)
+    assert needle in str(info.value)
+    code, err = _cli(
+        ["export", "--model", str(model), "--to", "pyg", str(tmp_path / "m.py")], capsys
+    )
+    _one_line(code, err, needle)
+    out = tmp_path / "pred"
+    code, err = _cli(
+        ["predict", "--synthetic", "tiny", "--model", str(model), "--out", str(out)], capsys
+    )
+    _one_line(code, err, needle)
+    assert not out.exists() and not (tmp_path / "m.py").exists()
+    assert load_model_file(_model_file(tmp_path / "good.pt")).num_classes == 3
