@@ -52,7 +52,7 @@ print(f"  accuracy: best val {final['best_val_acc']:.4f}, test at best val {fina
 print(f"  median epoch (epoch {mid['epoch']}): {ms('epoch_s'):.1f} ms = slowest rank "
       f"{mid['slowest_rank']}'s compute {ms('slowest_compute_s'):.1f} + halo exchange "
       f"{ms('slowest_comm_s'):.1f} + gradient all-reduce {ms('slowest_reduce_s'):.1f} ms")
-print(f"  start-up: epoch {final['startup_epoch']} took {final['startup_epoch_s'] * 1e3:.1f} ms"
+print(f"  start-up: epoch {final['startup_epoch']} took {final['startup_epoch_s']:.2f} s"
       f" (left out of the median)")
 print(f"  bytes exchanged: {per_epoch / 1e3:.1f} kB per epoch (all ranks), "
       f"{sum(r['comm_bytes'] for r in epochs) / 1e6:.2f} MB in {len(epochs)} epochs; "

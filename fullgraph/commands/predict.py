@@ -30,6 +30,7 @@ from fullgraph.errors import ConfigError
 from fullgraph.partition import PartitionDir
 from fullgraph.precision import precision_option
 from fullgraph.run.command import Command, Job
+from fullgraph.run.nesting import check_not_inside_output
 from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
 from fullgraph.training.config import TrainData
 from fullgraph.training.inference import check_embeddings, check_widths, parse_layers
@@ -192,6 +193,7 @@ class PredictCommand(Command):
                 f"{size} ranks need --parts (a whole graph is predicted in one process)"
             )
         check_apart([Place(Path(opts.out), f"--out {opts.out}", whole=True)], self._inputs())
+        check_not_inside_output(opts.out, f"--out {opts.out}")  # another command's output
         self.model_file = mf = load_model_file(opts.model)
         # the model's precision unless --precision says otherwise; where this device has no
         # bfloat16, a bf16-mixed model runs in float32 (with a line) unless asked for bf16
@@ -300,7 +302,7 @@ class PredictCommand(Command):
                 tmp = stack.enter_context(
                     atomic_dir(out, force=opts.force, ours=PREDICTION, option="--out")
                 )
-                create_files(tmp, files)
+                create_files(tmp, files, out)
                 return str(tmp)
 
             where = Path(comm.allgather_object(job.agree(begin))[0])

@@ -116,10 +116,10 @@ class Job:
                 flush=True,
             )
 
-    def close(self) -> None:
-        """Close the log and release the checkpoint directory (removing it when this run made
-        it and failed before writing anything there)."""
-        self.outputs.close(discard=not self.started)
+    def close(self, failed: bool = False) -> None:
+        """Close the log and release the outputs (removing the checkpoint directory when this
+        run made it and failed before its first checkpoint)."""
+        self.outputs.close(discard=failed or not self.started)
 
 
 class Command:
@@ -232,8 +232,11 @@ class Command:
 
         def body() -> Any:
             try:
-                return self.run(job)
-            finally:
-                job.close()
+                result = self.run(job)
+            except BaseException:
+                job.close(failed=True)
+                raise
+            job.close()
+            return result
 
         return run_on_every_rank(comm, self.name, body)

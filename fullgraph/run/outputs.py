@@ -5,8 +5,13 @@ They are checked before any work (:meth:`RunOutputs.open`: right kind, writable,
 earlier run's result unless ``--force`` or ``--resume``; the checkpoint directory locked) and
 written only once the run's set-up has succeeded (:meth:`RunOutputs.start`), so a run that fails
 early leaves nothing behind and one that is refused overwrites nothing. A log or config file
-that fullgraph did not write (:data:`LOG`, :data:`RUN_CONFIG`) is never replaced, ``--force``
-or not.
+that fullgraph did not write (:data:`LOG`, :data:`RUN_CONFIG`), or another writer's file
+(a checkpoint or an export's weights at ``--save-model``: :data:`MODEL`), is never replaced,
+``--force`` or not; no output goes inside another command's output directory
+(:mod:`fullgraph.run.nesting`); the log and the model file are claimed for the run, so a
+second run writing the same file is refused at once (:mod:`fullgraph.run.claim`). A run that
+fails removes what it created and holds nothing yet (an empty log, a checkpoint directory
+without a checkpoint), never an earlier run's files.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from fullgraph.atomic import (
     is_plain_file,
 )
 from fullgraph.run.checkpoint import CheckpointDir
-from fullgraph.run.torch_file import not_a_torch_file
+from fullgraph.run.claim import FileClaim
+from fullgraph.run.nesting import check_not_inside_output
+from fullgraph.run.torch_file import not_of_kinds
 
 #: How a record of the log begins (``json.dumps`` of an epoch's or the final record).
 _RECORD_STARTS = (b'{"epoch": ', b'{"final": ')
@@ -69,9 +76,10 @@ LOG = OutputKind("a training log", _not_a_log)
 #: ``<log stem>.config.json`` and ``<checkpoint>/config.json``: rewritten by every run, so only
 #: when a run wrote them.
 RUN_CONFIG = OutputKind("a run's configuration", _not_a_run_config)
-#: ``--save-model`` (``<log stem>.model.pt``): replaced only when fullgraph wrote it (a file
-#: with fullgraph's checksum, :mod:`fullgraph.run.torch_file`).
-MODEL = OutputKind("a model file", not_a_torch_file)
+#: ``--save-model`` (``<log stem>.model.pt``): replaced only when ``fullgraph train`` wrote a
+#: model file there (by its content: never a checkpoint or an export's weights,
+#: :func:`fullgraph.run.torch_file.torch_file_kind`).
+MODEL = OutputKind("a model file", lambda path: not_of_kinds(path, "fullgraph-model"))
 
 
 def _is_empty(path: Path) -> bool:
@@ -134,21 +142,39 @@ class RunOutputs:
         self.resume = resume
         self.force = force
         self.log: TextIO | None = None
+        self.claims: list[FileClaim] = []
+        self._config_existed = True
 
     def open(self) -> None:
-        """Check every output before any work; lock the checkpoint directory.
+        """Check every output before any work; claim the log and the model file; lock the
+        checkpoint directory.
 
         Raises:
-            ConfigError: an output of the wrong kind, under a file, or in a place that cannot
-                be written; a log, config or checkpoint file there that fullgraph did not
-                write; the checkpoint directory in use by another run.
-            FileExistsError: an earlier run's log or checkpoint without ``--force`` /
+            ConfigError: an output of the wrong kind, under a file, inside another command's
+                output, or in a place that cannot be written; a log, config, model or
+                checkpoint file there that fullgraph's writer of it did not write; the log,
+                model file or checkpoint directory in use by another run.
+            FileExistsError: an earlier run's log, model or checkpoint without ``--force`` /
                 ``--resume``.
         """
         if self.rank != 0:
             return
+        try:
+            self._check()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check(self) -> None:
+        keep = self.force or self.resume
+        ckpt = self.checkpoints.path if self.checkpoints is not None else None
+        places = [(self.log_json, "--log-json"), (self.model, "--save-model")]
+        for path, option in [*places, (ckpt, "--checkpoint")]:
+            if path is not None:
+                check_not_inside_output(path, f"{option} {path}")
         if self.log_json is not None:
-            keep = self.force or self.resume
+            check_output(self.log_json, "--log-json", kind="file", exist_ok=keep, ours=LOG)
+            self._claim(self.log_json, "--log-json")
             check_output(self.log_json, "--log-json", kind="file", exist_ok=keep, ours=LOG)
             config = config_path_of_log(self.log_json)
             check_output(
@@ -159,13 +185,20 @@ class RunOutputs:
                 ours=RUN_CONFIG,
                 advice="choose another --log-json or remove it yourself",
             )
+            self._config_existed = config.exists()
         if self.model is not None:
-            keep = self.force or self.resume
+            check_output(self.model, "--save-model", kind="file", exist_ok=keep, ours=MODEL)
+            self._claim(self.model, "--save-model")  # then again: a run may have ended since
             check_output(self.model, "--save-model", kind="file", exist_ok=keep, ours=MODEL)
         if self.checkpoints is not None:
             if self.checkpoints.path.is_dir():
                 RUN_CONFIG.check_replaceable(self.checkpoints.path / "config.json", "--checkpoint")
             self.checkpoints.open()
+
+    def _claim(self, path: Path, option: str) -> None:
+        claim = FileClaim(path, option)
+        claim.acquire()
+        self.claims.append(claim)
 
     def start(self, resolved: dict[str, Any], start_epoch: int = 1) -> TextIO | None:
         """Write the resolved config beside the log and in the checkpoint directory; open the
@@ -200,11 +233,12 @@ class RunOutputs:
 
     def close(self, discard: bool = False) -> None:
         """Close the log (removed when this run created it and it holds no record, as when a
-        full disk failed its first write) and release the checkpoint lock.
+        full disk failed its first write, with the config file this run wrote beside it),
+        release the claims and the checkpoint lock.
 
         Args:
-            discard: the run failed before :meth:`start`: remove the checkpoint directory if
-                this run created it and wrote nothing there.
+            discard: the run failed: remove the checkpoint directory if this run created it
+                and wrote no checkpoint there (:meth:`CheckpointDir.close`).
         """
         if self.log is not None:
             try:
@@ -214,5 +248,10 @@ class RunOutputs:
             created, self.log = self.log.mode != "a", None
             if created and self.log_json is not None and _is_empty(self.log_json):
                 self.log_json.unlink()  # this run's log, and it holds no record
+                if not self._config_existed:
+                    config_path_of_log(self.log_json).unlink(missing_ok=True)
         if self.checkpoints is not None:
             self.checkpoints.close(discard=discard)
+        for claim in self.claims:
+            claim.release()
+        self.claims = []

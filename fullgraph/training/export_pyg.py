@@ -79,7 +79,8 @@ from fullgraph.atomic import (
 from fullgraph.errors import ConfigError
 from fullgraph.models.gnn import GNN
 from fullgraph.models.layers import layer_class
-from fullgraph.run.torch_file import encode_torch_file, not_a_torch_file, read_torch_file
+from fullgraph.run.nesting import check_not_inside_output
+from fullgraph.run.torch_file import encode_torch_file, not_of_kinds
 from fullgraph.training.model_file import ModelFile, load_model_file
 
 FORMAT = "fullgraph-pyg"
@@ -465,19 +466,9 @@ def module_source(state: dict[str, Any], name: str) -> str:
 
 
 def _not_exported_weights(path: Path) -> str | None:
-    """``None`` for a weights file ``fullgraph export`` wrote (whole or damaged), else why not."""
-    reason = not_a_torch_file(path)
-    if reason is not None:
-        return reason
-    try:
-        obj = read_torch_file(path, what="export")
-    except ConfigError:
-        return None  # ours, damaged: fails its checksum
-    if isinstance(obj, dict) and obj.get("format") == FORMAT:
-        return None
-    if isinstance(obj, dict) and obj.get("format") == "fullgraph-model":
-        return "it is a model file of `fullgraph train`"
-    return "it is a checkpoint or another file of fullgraph's"
+    """``None`` for a weights file ``fullgraph export`` wrote (whole or damaged), else why not
+    (by its content: a model file or a checkpoint is another writer's)."""
+    return not_of_kinds(path, FORMAT)
 
 
 def _not_exported_source(path: Path) -> str | None:
@@ -547,6 +538,7 @@ def export_pyg(
     mf = load_model_file(model)
     state = export_state(mf)
     for p in paths:
+        check_not_inside_output(p, named[p])  # not into a prediction, a checkpoint directory...
         kind = EXPORTED_SOURCE if p.suffix == ".py" else EXPORTED_WEIGHTS
         option = "OUT" if p == out else "OUT's weights"
         check_output(p, option, exist_ok=force, ours=kind)

@@ -27,6 +27,7 @@ A directory holding them and ``predict.json`` is :data:`PREDICTION` output.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -41,7 +42,7 @@ import torch
 
 from fullgraph.atomic import OutputKind, holds, is_plain_file, read_marker
 from fullgraph.distributed.communicator import Communicator
-from fullgraph.errors import ConfigError, DataError
+from fullgraph.errors import ConfigError, DataError, OutputError
 from fullgraph.partition import Partition
 from fullgraph.run.metrics import split_metrics
 from fullgraph.training.assembly import assemble_rank
@@ -179,12 +180,63 @@ def output_files(
     return files
 
 
-def create_files(directory: Path, files: dict[str, tuple[tuple[int, ...], str]]) -> None:
-    """Create every output file at its full size (zeros, no page written: sparse where the
-    file system allows); rank 0 does this before any rank writes its rows."""
-    for name, (shape, dtype) in files.items():
-        mm = np.lib.format.open_memmap(directory / name, mode="w+", dtype=dtype, shape=shape)
-        del mm
+def _size(n: int) -> str:
+    """``n`` bytes for a message: ``12.5 MiB``, ``40 KiB``."""
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{max(1, round(n / 1024))} KiB"
+
+
+def files_bytes(files: dict[str, tuple[tuple[int, ...], str]]) -> int:
+    """The bytes the output files take on disk: their rows, and a header page each."""
+    rows = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in files.values())
+    return rows + 4096 * len(files)
+
+
+def _no_room(target: Path, directory: Path, needed: int) -> OutputError:
+    st = os.statvfs(directory)
+    return OutputError(
+        f"--out {target}: no space left on device writing the predictions: they need "
+        f"{_size(needed)}, {_size(st.f_bavail * st.f_frsize)} free there; nothing was written "
+        f"(free some space or choose another --out)"
+    )
+
+
+def create_files(
+    directory: Path, files: dict[str, tuple[tuple[int, ...], str]], target: Path | None = None
+) -> None:
+    """Create every output file at its full size, its blocks allocated; rank 0 does this before
+    any rank writes its rows.
+
+    The rows are written through memory mappings, where a disk that fills is a ``SIGBUS``
+    that kills the rank without a word: so the room is checked first and taken at once
+    (``posix_fallocate``), and a disk without it fails here with one line.
+
+    Args:
+        directory: the temporary output directory.
+        files: name -> (shape, dtype name), as :func:`output_files` gives.
+        target: the ``--out`` the directory becomes (named in the message).
+
+    Raises:
+        OutputError: no room for the files on ``directory``'s file system.
+    """
+    target = target or directory
+    needed = files_bytes(files)
+    st = os.statvfs(directory)
+    if needed > st.f_bavail * st.f_frsize:
+        raise _no_room(target, directory, needed)
+    try:
+        for name, (shape, dtype) in files.items():
+            mm = np.lib.format.open_memmap(directory / name, mode="w+", dtype=dtype, shape=shape)
+            del mm
+            if hasattr(os, "posix_fallocate"):
+                fd = os.open(directory / name, os.O_RDWR)
+                try:
+                    os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+                finally:
+                    os.close(fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _no_room(target, directory, needed) from None
+        raise
 
 
 def _header(path: Path) -> tuple[int, tuple[int, ...], np.dtype]:
