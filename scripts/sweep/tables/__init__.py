@@ -13,8 +13,6 @@ from .force import FORCE, FORCE_CONTROL
 from .inputs_launch import INPUTS_LAUNCH
 from .memory import OUT_OF_MEMORY, SIZES
 from .minibatch import MINIBATCH
-from .pyg_reductions import PYG_REDUCTIONS
-from .pyg_scripts import PYG_SCRIPTS
 
 #: Every table; the first five are the first sweep, the rest the second (issue 22).
 TABLES: list[list[Row]] = [
@@ -29,7 +27,5 @@ TABLES: list[list[Row]] = [
     OUT_OF_MEMORY,
     CLEAR_ERRORS,
     MINIBATCH,
-    PYG_REDUCTIONS,
-    PYG_SCRIPTS,
     FORCE_CONTROL,
 ]
