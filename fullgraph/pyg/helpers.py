@@ -17,22 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from fullgraph.pyg.functional import drop
+from fullgraph.pyg.node_reductions import GlobalValue
+from fullgraph.pyg.node_rows import plain
 from fullgraph.pyg.part_data import part_graph_of
 from fullgraph.pyg.runtime import active_part
-
-
-class _GlobalValue(torch.autograd.Function):
-    """The global loss as value, this rank's share as what the gradient flows through."""
-
-    @staticmethod
-    def forward(ctx: Any, share: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
-        """``total`` (a copy)."""
-        return total.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        """The gradient goes to ``share``."""
-        return grad, None
 
 
 def loss(out: torch.Tensor, data: Any, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -51,14 +39,15 @@ def loss(out: torch.Tensor, data: Any, mask: torch.Tensor | None = None) -> torc
         A 0-d tensor: the global loss on every rank; its gradient is this rank's share.
     """
     part = part_graph_of(data, "fullgraph.pyg.loss")
-    mask = data.train_mask if mask is None else mask
-    total = F.cross_entropy(out[mask], data.y[mask], reduction="sum")
+    out, y = plain(out), plain(data.y)  # this rank's rows: the sums below are the global ones
+    mask = plain(data.train_mask if mask is None else mask)
+    total = F.cross_entropy(out[mask], y[mask], reduction="sum")
     sums = torch.stack([total.detach().double().cpu(), mask.sum().double().cpu()])
     sums = part.comm.allreduce_(sums, "sum", tag="metrics")
     count = max(float(sums[1]), 1.0)
     share = total / count
     value = (sums[0] / count).to(dtype=share.dtype, device=share.device)
-    return _GlobalValue.apply(share, value)
+    return GlobalValue.apply(share, value)
 
 
 def accuracy(out: torch.Tensor, data: Any, mask: torch.Tensor) -> float:
@@ -73,8 +62,9 @@ def accuracy(out: torch.Tensor, data: Any, mask: torch.Tensor) -> float:
         Correct over counted nodes of the whole graph (0.0 when none is counted).
     """
     part = part_graph_of(data, "fullgraph.pyg.accuracy")
+    out, y, mask = plain(out), plain(data.y), plain(mask)
     pred = out.argmax(dim=-1) if out.dim() > 1 else out
-    correct = (pred[mask] == data.y[mask]).sum()
+    correct = (pred[mask] == y[mask]).sum()
     counts = torch.stack([correct.double().cpu(), mask.sum().double().cpu()])
     counts = part.comm.allreduce_(counts, "sum", tag="metrics")
     return float(counts[0] / counts[1]) if float(counts[1]) > 0 else 0.0
