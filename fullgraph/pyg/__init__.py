@@ -24,6 +24,12 @@ A single-process PyG script becomes a P-rank one by changing five lines
   (:mod:`~fullgraph.pyg.functional`).
 - :func:`loss`, :func:`accuracy`, :func:`dropout` (:mod:`~fullgraph.pyg.helpers`): the calls of
   a script that must see every rank.
+- A script's own loss and metrics are exact too: the converted model's output, ``data.y`` and
+  the masks are node rows (:mod:`~fullgraph.pyg.node_rows`), so ``F.cross_entropy(out[m],
+  y[m])``, ``F.nll_loss``, the other ``torch.nn.functional`` losses, ``.sum()`` / ``.mean()``
+  over nodes and ``(pred[m] == y[m]).sum() / m.sum()`` are taken over every rank; reductions
+  that cannot be made exact (``std``, ``topk``, ``argmax`` over nodes, ...) are refused in one
+  line (:mod:`~fullgraph.pyg.node_reductions`, docs/pyg.md "Your own losses and metrics").
 """
 
 from fullgraph.pyg.convert import distribute

@@ -13,6 +13,7 @@ from .force import FORCE, FORCE_CONTROL
 from .inputs_launch import INPUTS_LAUNCH
 from .memory import OUT_OF_MEMORY, SIZES
 from .minibatch import MINIBATCH
+from .pyg_reductions import PYG_REDUCTIONS
 
 #: Every table; the first five are the first sweep, the rest the second (issue 22).
 TABLES: list[list[Row]] = [
@@ -27,5 +28,6 @@ TABLES: list[list[Row]] = [
     OUT_OF_MEMORY,
     CLEAR_ERRORS,
     MINIBATCH,
+    PYG_REDUCTIONS,
     FORCE_CONTROL,
 ]
