@@ -7,7 +7,7 @@ names; ``num_classes`` travels as an attribute.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -59,8 +59,9 @@ def from_pyg(
     """A :class:`Graph` from a PyG ``Data`` object (edges kept as given unless asked).
 
     Args:
-        data: needs ``edge_index`` and ``y``; ``x`` and the three masks are optional (missing
-            masks become all-false).
+        data: needs ``y`` and its edges as ``edge_index`` or as ``adj_t`` (what
+            ``T.ToSparseTensor()`` leaves: see :func:`_edges`); ``x`` and the three masks are
+            optional (missing masks become all-false).
         name: name of the graph.
         symmetric: add reverse edges.
         remove_self_loops: drop ``v -> v`` edges. Duplicates are always merged.
@@ -73,20 +74,18 @@ def from_pyg(
         The validated graph.
 
     Raises:
-        DataError: missing ``y`` or inconsistent sizes.
+        DataError: missing ``y`` or edges, inconsistent sizes, or an ``adj_t`` whose values are
+            not edge weights.
     """
     if getattr(data, "y", None) is None:
         raise DataError(f"{name}: the PyG data has no labels (y)")
-    n = int(data.num_nodes)
-    ei = data.edge_index.detach().cpu().numpy().astype(np.int64)
-    values = {}
-    for key in ("edge_weight", "edge_attr"):
-        v = getattr(data, key, None)
-        if v is not None:
-            v = v.detach().cpu().numpy().astype(np.float32)
-            values[key] = v.reshape(v.shape[0], -1) if key == "edge_attr" else v.reshape(-1)
+    n = data.num_nodes
+    if n is None:
+        raise DataError(f"{name}: the PyG data has no node count (no x, num_nodes or edges)")
+    n = int(n)
+    src, dst, values = _edges(data, n, name)
     indptr, indices, values = edges_to_csr_with_values(
-        ei[0], ei[1], n, values, symmetric=symmetric, remove_self_loops=remove_self_loops, what=name
+        src, dst, n, values, symmetric=symmetric, remove_self_loops=remove_self_loops, what=name
     )
     y = data.y.detach().cpu().numpy().astype(np.int64).reshape(-1)
     x = None if data.x is None else data.x.detach().cpu().numpy().astype(np.float32)
@@ -112,3 +111,73 @@ def from_pyg(
         **values,
     )
     return graph.validate()
+
+
+def _sparse_entries(adj: Any) -> tuple[Any, Any, Any] | None:
+    """``(row, col, value)`` tensors of a torch_sparse ``SparseTensor`` or a torch sparse tensor
+    (COO, CSR, CSC; ``value`` ``None`` when it has none), or ``None`` for anything else."""
+    import torch
+
+    if callable(getattr(adj, "coo", None)) and callable(getattr(adj, "sparse_sizes", None)):
+        row, col, value = adj.coo()  # torch_sparse.SparseTensor (not imported here)
+        return row, col, value
+    if isinstance(adj, torch.Tensor) and adj.layout != torch.strided:
+        coo = adj.to_sparse_coo().coalesce()
+        row, col = coo.indices()
+        return row, col, coo.values()
+    return None
+
+
+def _edges(data: Data, n: int, name: str) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """``(src, dst, values)`` of ``data``'s edges, from ``edge_index`` when it has one.
+
+    Else from ``adj_t``, the transposed adjacency of ``T.ToSparseTensor()`` (a torch_sparse
+    ``SparseTensor`` or a torch sparse tensor, [n, n]; row = target, col = source): the same
+    edges. Its values are the edge weights that ``ToSparseTensor`` moved there: ``edge_weight``
+    when they are one number per edge, not all 1 (no values, or all 1, is the unweighted graph:
+    PyG's layers treat it so). Values of several columns, and edge values kept beside ``adj_t``
+    (their order is not tied to its entries), are refused.
+    """
+    values: dict[str, np.ndarray] = {}
+    ei = getattr(data, "edge_index", None)
+    if ei is not None:
+        ei = ei.detach().cpu().numpy().astype(np.int64)
+        for key in ("edge_weight", "edge_attr"):
+            v = getattr(data, key, None)
+            if v is not None:
+                v = v.detach().cpu().numpy().astype(np.float32)
+                values[key] = v.reshape(v.shape[0], -1) if key == "edge_attr" else v.reshape(-1)
+        return ei[0], ei[1], values
+    adj = getattr(data, "adj_t", None)
+    if adj is None:
+        raise DataError(f"{name}: the PyG data has no edges (neither edge_index nor adj_t)")
+    entries = _sparse_entries(adj)
+    if entries is None:
+        raise DataError(
+            f"{name}: adj_t must be a torch_sparse SparseTensor or a torch sparse tensor, got "
+            f"{type(adj).__name__}"
+        )
+    shape = tuple(int(s) for s in (adj.sparse_sizes() if hasattr(adj, "coo") else adj.shape[:2]))
+    if shape != (n, n):
+        raise DataError(f"{name}: adj_t is {shape[0]} x {shape[1]} but the graph has {n} nodes")
+    beside = [k for k in ("edge_weight", "edge_attr") if getattr(data, k, None) is not None]
+    if beside:
+        raise DataError(
+            f"{name}: data.{beside[0]} beside adj_t without edge_index: its order is not tied "
+            f"to adj_t's entries; keep edge_index (T.ToSparseTensor(remove_edge_index=False))"
+        )
+    row, col, value = entries
+    if value is not None:
+        value = value.detach().cpu()
+        if value.dim() > 1 and value[0].numel() != 1:
+            raise DataError(
+                f"{name}: adj_t holds {tuple(value.shape[1:])} values per edge; only one "
+                f"number per edge (an edge weight) is taken from adj_t: give edge features as "
+                f"edge_attr with edge_index"
+            )
+        value = value.numpy().astype(np.float32).reshape(-1)
+        if not (value == 1).all():
+            values["edge_weight"] = value
+    dst = row.detach().cpu().numpy().astype(np.int64)
+    src = col.detach().cpu().numpy().astype(np.int64)
+    return src, dst, values

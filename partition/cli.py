@@ -12,15 +12,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "partition",
         help="split a dataset into P per-rank parts (METIS, random or contiguous)",
         description=(
-            "Load a dataset, assign every node an owner rank and write OUT/meta.json plus "
+            "Load a dataset (--dataset and --root, or a user's own PyG graph: --pyg FILE), "
+            "assign every node an owner rank and write OUT/meta.json plus "
             "OUT/part-<r>/*.npy (inner nodes, halo nodes, local CSR of incoming edges, "
             "features, labels, masks, send/receive maps). Writes to a temporary directory and "
             "renames it at the end; prints the partition report (time and peak memory per "
             "stage, edge cut, halo rows, imbalance)."
         ),
     )
-    parser.add_argument("--dataset", required=True, help="dataset name, e.g. arxiv-synth, cora")
-    parser.add_argument("--root", required=True, type=Path, help="dataset root directory")
+    parser.add_argument("--dataset", help="dataset name, e.g. arxiv-synth, cora (with --root)")
+    parser.add_argument("--root", type=Path, help="dataset root directory (with --dataset)")
+    parser.add_argument(
+        "--pyg",
+        type=Path,
+        metavar="FILE",
+        help="instead of --dataset: a torch.save'd PyG Data (edge_index or T.ToSparseTensor's "
+        "adj_t, y, masks) or a saved PyG InMemoryDataset (its directory or processed file); "
+        "what fullgraph.pyg.load_part(DATA) would partition on every rank, written once",
+    )
     parser.add_argument(
         "--parts", required=True, type=int, metavar="P", help="number of parts (1 <= P <= nodes)"
     )
@@ -72,19 +81,28 @@ def _partition(args: argparse.Namespace) -> int:
     from fullgraph.partition.report import format_report
 
     setup_logging()  # progress to stdout: a failure's stderr is its one error line
+    _check_source(args)
     if args.parts < 1:
         check_num_parts(args.parts, 1)
     # --out is replaced as a whole: never the dataset read, its root, or a folder holding them;
     # an existing --out only if it is a partition fullgraph wrote
     out = Place(args.out, f"--out {args.out}", whole=True)
-    check_apart([out], dataset_inputs(args.dataset, args.root))
+    if args.pyg is not None:
+        inputs = [Place(args.pyg, f"--pyg {args.pyg}", "the PyG data")]
+    else:
+        inputs = dataset_inputs(args.dataset, args.root)
+    check_apart([out], inputs)
     check_output(args.out, "--out", kind="dir", exist_ok=args.force, ours=PARTITION)
     if args.method == "metis" and args.metis == "libmetis":  # before the graph is read
         from fullgraph.partition.libmetis import require_libmetis
 
         require_libmetis()
-    # read in place: parts are built one by one
-    graph = load(args.dataset, args.root, mmap=True, split=args.split)
+    if args.pyg is not None:
+        from fullgraph.datasets.pyg_input import read_saved
+
+        graph = read_saved(args.pyg)
+    else:  # read in place: parts are built one by one
+        graph = load(args.dataset, args.root, mmap=True, split=args.split)
     # Raises (nothing printed as success) when --out appears meanwhile without --force, and
     # lets SIGTERM / Ctrl-C through so that the temporary directory is removed.
     meta = partition_graph(
@@ -101,3 +119,28 @@ def _partition(args: argparse.Namespace) -> int:
         f"wrote {args.out} ({meta['num_parts']} parts); check it with `fullgraph verify {args.out}`"
     )
     return 0
+
+
+def _check_source(args: argparse.Namespace) -> None:
+    """One graph to read: ``--dataset`` with ``--root``, or ``--pyg`` alone.
+
+    Raises:
+        ConfigError: neither or both, ``--dataset`` without ``--root`` (or the reverse), or
+            ``--split`` with ``--pyg`` (the file's masks are the split).
+    """
+    from fullgraph.errors import ConfigError
+
+    if args.pyg is not None:
+        given = [o for o, v in (("--dataset", args.dataset), ("--root", args.root)) if v]
+        if given:
+            raise ConfigError(
+                f"--pyg reads the graph from {args.pyg}: leave out {' and '.join(given)}"
+            )
+        if args.split is not None:
+            raise ConfigError(f"--split picks a dataset's fixed split; {args.pyg} has its masks")
+        return
+    if args.dataset is None and args.root is None:
+        raise ConfigError("give the graph: --dataset NAME --root DIR, or --pyg FILE")
+    if args.dataset is None or args.root is None:
+        missing = "--root DIR" if args.root is None else "--dataset NAME"
+        raise ConfigError(f"{missing} is needed too (or --pyg FILE instead of both)")

@@ -32,7 +32,9 @@ FLUSH_GRACE_S = 0.5
 QUIET_WAIT_S = 3.0
 
 
-def abort_job(comm: Communicator, command: str, exc: BaseException) -> None:
+def abort_job(
+    comm: Communicator, command: str, exc: BaseException, label: str | None = None
+) -> None:
     """Print ``exc`` as ``fullgraph COMMAND: ...`` naming this rank, then abort every rank.
 
     Bad input (:class:`FullgraphError`) is one line; anything else carries its traceback. The
@@ -46,21 +48,23 @@ def abort_job(comm: Communicator, command: str, exc: BaseException) -> None:
         comm: the job's communicator (its ``abort`` ends every rank; it never returns).
         command: the subcommand name, for the message prefix.
         exc: the exception that ended this rank's work.
+        label: the prefix of the message instead of ``fullgraph COMMAND`` (``fullgraph.pyg``).
     """
+    label = label or f"fullgraph {command}"
     if isinstance(exc, PeerUnreachable) and not exc.speaker:
         time.sleep(QUIET_WAIT_S)
     exc = out_of_memory(exc, command) or exc
     if isinstance(exc, FullgraphError | FileExistsError | FileNotFoundError | PermissionError):
-        message = f"fullgraph {command}: error: rank {comm.rank}: {one_line(exc)}\n"
+        message = f"{label}: error: rank {comm.rank}: {one_line(exc)}\n"
         code = exc.exit_code if isinstance(exc, FullgraphError) else 2
     elif isinstance(exc, KeyboardInterrupt):
         terminated = type(exc).__name__ == "Terminated"
         what = "terminated (SIGTERM)" if terminated else "interrupted"
-        message = f"fullgraph {command}: rank {comm.rank} {what}; ending every rank\n"
+        message = f"{label}: rank {comm.rank} {what}; ending every rank\n"
         code = 128 + (signal.SIGTERM if terminated else signal.SIGINT)
     else:
         details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        message = f"fullgraph {command}: rank {comm.rank} failed:\n{details}"
+        message = f"{label}: rank {comm.rank} failed:\n{details}"
         code = 1
     sys.stderr.write(message)
     sys.stderr.flush()
@@ -159,15 +163,19 @@ def injected_failure_epoch(rank: int) -> int | None:
     return int(e) if int(r) == rank else None
 
 
-def abort_setup(command: str, rank: int, under_mpi: bool, exc: BaseException) -> None:
+def abort_setup(
+    command: str, rank: int, under_mpi: bool, exc: BaseException, label: str | None = None
+) -> None:
     """End this rank when its communicator could not be set up (no communicator to abort with).
 
     Prints ``fullgraph COMMAND: error: rank R: ...`` and ends the rank: under an MPI launcher
     through ``MPI_Abort`` (every rank ends), else with ``os._exit`` (the launcher, e.g. torchrun,
     ends this node's other ranks; the ranks elsewhere fail their own set-up within the timeout).
+    ``label`` replaces the prefix ``fullgraph COMMAND`` (``fullgraph.pyg``).
     """
     code = exc.exit_code if isinstance(exc, FullgraphError) else 1
-    sys.stderr.write(f"fullgraph {command}: error: rank {rank}: {one_line(exc)}\n")
+    label = label or f"fullgraph {command}"
+    sys.stderr.write(f"{label}: error: rank {rank}: {one_line(exc)}\n")
     sys.stderr.flush()
     mpi = sys.modules.get("mpi4py.MPI") if under_mpi else None
     if mpi is not None and mpi.Is_initialized():  # (importing mpi4py here would start MPI)

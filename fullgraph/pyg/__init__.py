@@ -9,7 +9,13 @@ A single-process PyG script becomes a P-rank one by changing five lines
     loss = pyg.loss(out, data)          # global training count; backward() sums the gradients
     accs = [pyg.accuracy(pred, data, m) for m in masks]     # counts over all ranks
 
-- :func:`load_part` (:mod:`~fullgraph.pyg.part_data`): the rank's part as a PyG ``Data``.
+- :func:`load_part` (:mod:`~fullgraph.pyg.part_data`): the rank's part as a PyG ``Data``
+  (from a partition directory, or a whole graph: a ``Data`` with ``edge_index`` or ``adj_t``);
+  :func:`partition` (:mod:`~fullgraph.pyg.sources`) writes a user's own graph's partition
+  directory once, as ``fullgraph partition --pyg FILE`` does.
+- importing ``fullgraph.pyg`` before torch sets the environment defaults of the ``fullgraph``
+  commands (``OMP_WAIT_POLICY=PASSIVE``; :mod:`~fullgraph.pyg.process`, which also ends the
+  whole job when a rank fails).
 - :func:`distribute` (:mod:`~fullgraph.pyg.convert`, :mod:`~fullgraph.pyg.twins`): replaces
   ``GCNConv``, ``SAGEConv(aggr="mean" or "sum")``, ``GATConv``, ``GINConv``, ``BatchNorm`` and
   ``Dropout`` by distributed twins, keeps row-wise modules, walks containers and PyG's
@@ -32,8 +38,13 @@ A single-process PyG script becomes a P-rank one by changing five lines
   line (:mod:`~fullgraph.pyg.node_reductions`, docs/pyg.md "Your own losses and metrics").
 """
 
-from fullgraph.pyg.convert import distribute
-from fullgraph.pyg.helpers import accuracy, dropout, loss
-from fullgraph.pyg.part_data import PartGraph, load_part
+from fullgraph.pyg.process import set_defaults
 
-__all__ = ["PartGraph", "accuracy", "distribute", "dropout", "load_part", "loss"]
+set_defaults()  # OMP_WAIT_POLICY=PASSIVE, ... while OpenMP has not started (before torch loads)
+
+from fullgraph.pyg.convert import distribute  # noqa: E402
+from fullgraph.pyg.helpers import accuracy, dropout, loss  # noqa: E402
+from fullgraph.pyg.part_data import PartGraph, load_part  # noqa: E402
+from fullgraph.pyg.sources import partition  # noqa: E402
+
+__all__ = ["PartGraph", "accuracy", "distribute", "dropout", "load_part", "loss", "partition"]

@@ -10,41 +10,24 @@ tensor cannot be silently ignored). ``data.fullgraph`` is the same object.
 
 from __future__ import annotations
 
-import atexit
-import hashlib
 import os
-import shutil
 import sys
-import tempfile
 from typing import Any
 
-import numba
 import numpy as np
 import torch
 
-from fullgraph.datasets import Graph, from_pyg
-from fullgraph.distributed import (
-    Communicator,
-    create_communicator,
-    default_threads,
-    detect_launch,
-    resolve_transport,
-)
+from fullgraph.datasets import Graph
+from fullgraph.distributed import Communicator
 from fullgraph.distributed.halo import HaloPlan
-from fullgraph.errors import ConfigError, FullgraphError
+from fullgraph.errors import ConfigError
 from fullgraph.models.context import GraphContext
 from fullgraph.models.layers import LayerOptions
-from fullgraph.partition import (
-    Partition,
-    PartitionDir,
-    assign_parts,
-    load_partition,
-    whole_graph_part,
-    write_partitions,
-)
+from fullgraph.partition import Partition, PartitionDir, load_partition
+from fullgraph.pyg.process import alike, communicator
+from fullgraph.pyg.sources import graph_of, part_of_graph
 from fullgraph.training.assembly import part_tensors, rank_context
-from fullgraph.watchdog import Watchdog, phase
-from fullgraph.watchdog import current as current_watchdog
+from fullgraph.watchdog import phase
 
 
 class PartGraph:
@@ -86,6 +69,7 @@ class PartGraph:
         self._edge_values: dict[str, torch.Tensor] = {}
         self._edge_list: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
         self._checked: dict[tuple, bool] = {}
+        self.adj_t = PartAdjT(self)
 
     def __repr__(self) -> str:
         return (
@@ -212,92 +196,40 @@ class PartGraph:
             )
 
 
+class PartAdjT:
+    """``data.adj_t``: the part's edges as PyG's transposed adjacency (``T.ToSparseTensor()``).
+
+    A script written for ``adj_t`` calls its layers as ``conv(x, data.adj_t)``; the converted
+    layers take this object as they take ``data.edge_index`` (the same edges), with the
+    meaning PyG gives an ``adj_t``: its values are the edge weights. So ``GCNConv(x,
+    data.adj_t)`` weighs the edges with the part's ``edge_weight`` when the graph has one (as
+    PyG's ``GCNConv`` weighs them with the values of a weighted ``adj_t``), and the layers
+    without a weighted twin refuse a weighted ``adj_t`` instead of ignoring its values.
+
+    Args:
+        graph: the rank's :class:`PartGraph`.
+    """
+
+    def __init__(self, graph: PartGraph) -> None:
+        self.graph = graph
+
+    def __repr__(self) -> str:
+        return f"PartAdjT(of {self.graph!r})"
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the part carries edge weights (the values of a weighted ``adj_t``)."""
+        return self.graph.edge_values("edge_weight") is not None
+
+    def size(self, dim: int | None = None) -> Any:
+        """As :meth:`PartGraph.size`."""
+        return self.graph.size(dim)
+
+
 #: The layer kind whose operator sums the incoming neighbours (one entry per in-edge, duplicates
 #: kept, no self-loop, every value 1: PyG's ``aggr="add"``), for ``GINConv`` and
 #: ``SAGEConv(aggr="sum")``.
 SUM = "gin"
-
-
-def _graph_digest(graph: Graph) -> str:
-    """A hash of the graph's arrays, to check that every rank was given the same graph."""
-    h = hashlib.sha256()
-    arrays = (graph.indptr, graph.indices, graph.x, graph.y, graph.train_mask)
-    for a in (*arrays, graph.edge_weight, graph.edge_attr):
-        if a is not None:
-            h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
-
-
-def _part_of_graph(graph: Graph, comm: Communicator, method: str) -> Partition:
-    """This rank's part of ``graph``: the whole graph on one rank, else partitioned here.
-
-    Rank 0 assigns the owners (``method``, seed 0) and sends them to every rank; each rank
-    builds the parts in a private temporary directory, loads its own and removes the rest.
-    """
-    if comm.size == 1:
-        return whole_graph_part(graph)
-    digests = comm.allgather_object(_graph_digest(graph))
-    if len(set(digests)) != 1:
-        raise ConfigError(
-            "load_part: the ranks were given different graphs; give every rank the same"
-        )
-    owner = assign_parts(graph, comm.size, method=method, seed=0) if comm.rank == 0 else None
-    owner = comm.allgather_object(owner)[0]
-    tmp = tempfile.mkdtemp(prefix=f"fullgraph-part-{os.getpid()}-")
-    try:
-        out = os.path.join(tmp, "parts")
-        write_partitions(graph, owner, out, method=method, seed=0, num_parts=comm.size)
-        return load_partition(out, comm.rank, mmap=False, verify_checksums=False)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _one_line_errors(rank: int, size: int) -> None:
-    """Print an uncaught :class:`~fullgraph.errors.FullgraphError` of the script as one line.
-
-    ``fullgraph.pyg: error: MESSAGE`` on standard error instead of a traceback (the process
-    still exits with status 1). An error every rank raised alike (``alike``: agreed by a
-    collective, e.g. a refusal of :func:`fullgraph.pyg.distribute`) is printed by rank 0 only;
-    any other by the rank that raised it, naming the rank when there are several. Other
-    exceptions keep the previous hook.
-    """
-    previous = sys.excepthook
-
-    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        if not isinstance(value, FullgraphError):
-            previous(kind, value, tb)
-            return
-        alike = getattr(value, "alike", False)
-        if alike and rank > 0:
-            return
-        where = f"rank {rank}: " if size > 1 and not alike else ""
-        sys.stderr.flush()
-        # one write: the lines of several ranks sharing a pipe never interleave
-        os.write(2, f"fullgraph.pyg: error: {where}{value}\n".encode())
-
-    sys.excepthook = hook
-
-
-def _communicator(threads: int | None, timeout_s: float) -> Communicator:
-    """The communicator of the launcher that started us (closed at exit); sets the threads.
-
-    The process watchdog (:mod:`fullgraph.watchdog`, installed here unless the process has one)
-    bounds the set-up and :func:`load_part` by ``timeout_s`` and ends the rank if its launcher
-    dies; it leaves the script's signal handling alone. The script's uncaught fullgraph errors
-    are printed in one line (:func:`_one_line_errors`).
-    """
-    info = detect_launch()
-    watchdog = current_watchdog() or Watchdog("fullgraph.pyg").install(signals=False)
-    watchdog.attach(info, timeout_s)
-    with phase("connection set-up"):
-        comm = create_communicator(resolve_transport("auto", info), info, timeout_s)
-    atexit.register(comm.close)
-    _one_line_errors(comm.rank, comm.size)
-    if threads is not None or info.size > 1:
-        n = threads or default_threads(info)
-        torch.set_num_threads(n)
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    return comm
 
 
 def load_part(
@@ -309,6 +241,7 @@ def load_part(
     threads: int | None = None,
     quiet: bool = True,
     timeout: float = 300.0,
+    transport: str = "auto",
 ) -> Any:
     """This rank's part of a graph as a PyG ``Data`` object (a collective: every rank calls it).
 
@@ -345,15 +278,13 @@ def load_part(
     """
     from torch_geometric.data import Data
 
-    comm = comm if comm is not None else _communicator(threads, timeout)
+    comm = comm if comm is not None else communicator(threads, timeout, transport)
     with phase("part loading"):
         if isinstance(source, (str, os.PathLike)):
-            opened = PartitionDir.open(source)
-            opened.check_ranks(comm.size, "start one rank per part")
-            part = load_partition(opened, comm.rank)
+            part = alike(comm, lambda: _load_dir(source, comm))
         else:
-            graph = source if isinstance(source, Graph) else from_pyg(source, "pyg")
-            part = _part_of_graph(graph, comm, method)
+            graph = alike(comm, lambda: graph_of(source, "load_part"))
+            part = part_of_graph(graph, comm, method)
     if quiet and comm.rank > 0:
         sys.stdout = open(os.devnull, "w")  # for the rest of the process
     t = part_tensors(part)
@@ -371,8 +302,29 @@ def load_part(
         if (values := pg.edge_values(name)) is not None:
             data[name] = values
     data.edge_index = pg
+    data.adj_t = pg.adj_t  # model(data.x, data.adj_t), as after T.ToSparseTensor()
     data.fullgraph = pg
     return data
+
+
+def _load_dir(source: str | os.PathLike[str], comm: Communicator) -> Partition:
+    """This rank's part of the partition directory ``source`` (one part per rank); a file
+    (a saved graph) gets its own advice."""
+    path = os.fspath(source)
+    if not os.path.exists(path):
+        raise ConfigError(
+            f"load_part: {path!r} does not exist; give a partition directory (`fullgraph "
+            f"partition`, pyg.partition) or the whole graph itself (a PyG Data)"
+        )
+    if os.path.isfile(path) and not path.endswith("meta.json"):
+        raise ConfigError(
+            f"load_part: {path} is a file, not a partition directory; a torch.save'd PyG Data: "
+            f"load_part(torch.load({path!r}, weights_only=False)), or partition it once: "
+            f"`fullgraph partition --pyg {path} --parts P --out DIR`, then load_part(DIR)"
+        )
+    opened = PartitionDir.open(source)
+    opened.check_ranks(comm.size, "start one rank per part")
+    return load_partition(opened, comm.rank)
 
 
 def part_graph_of(data: Any, where: str) -> PartGraph:

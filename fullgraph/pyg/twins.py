@@ -53,18 +53,31 @@ def _context(
     options: LayerOptions | None = None,
     weighted: bool = False,
     improved: bool = False,
+    unweighted_adj: bool = False,
     **unused: Any,
 ) -> GraphContext:
     """The context of ``twin``'s part after checking the call (rows, edge_index, options);
     ``options`` are the layer options of ``kind`` (:data:`MAX`: the maximum's context),
     ``weighted`` and ``improved`` the ``gcn`` operator's (:meth:`PartGraph.context`'s
-    ``edge_weight`` and ``improved``); ``unused`` the call's arguments the twin refuses."""
+    ``edge_weight`` and ``improved``); ``unused`` the call's arguments the twin refuses.
+    ``edge_index`` is ``data.edge_index`` or ``data.adj_t``; a weighted ``adj_t`` is refused
+    unless the layer takes the weights (``weighted``) or PyG's layer ignores them
+    (``unweighted_adj``: ``GATConv``)."""
     name = type(twin).__name__
     part: PartGraph = twin._part
-    if edge_index is not part:
+    if edge_index is part.adj_t:
+        if part.adj_t.weighted and not (weighted or unweighted_adj):
+            error = ConfigError(
+                f"{name}: data.adj_t carries the graph's edge weights (its values), which only "
+                f"GCNConv takes here; pass data.edge_index to {name} (PyG would weigh its "
+                f"aggregation by adj_t's values), or drop the weights (T.ToSparseTensor(attr=None))"
+            )
+            error.alike = True  # type: ignore[attr-defined]  # every part has weights or none
+            raise error
+    elif edge_index is not part:
         raise ConfigError(
-            f"{name}: edge_index must be data.edge_index of the data the model was converted "
-            f"with (the rank's part), not {type(edge_index).__name__}"
+            f"{name}: edge_index must be data.edge_index (or data.adj_t) of the data the model "
+            f"was converted with (the rank's part), not {type(edge_index).__name__}"
         )
     given = [k for k, v in unused.items() if v is not None]
     if given:
@@ -133,9 +146,11 @@ class GCNConvTwin(nn.Module):
     """``GCNConv`` on the rank's rows: ``D^-1/2 (A_w + f I) D^-1/2 (X W) + b``, global degrees.
 
     ``f`` is 2 with ``improved=True``, else 1; ``A_w`` holds the part's edge weights when the call
-    passes ``edge_weight=data.edge_weight`` (of the part, :func:`~fullgraph.pyg.load_part`),
-    else ones. Without ``edge_weight``, ``improved`` acts as it does in the installed PyG
-    (:func:`_improved_without_weights`: not at all in PyG 2.8).
+    passes ``edge_weight=data.edge_weight`` (of the part, :func:`~fullgraph.pyg.load_part`) or
+    is called with ``data.adj_t`` of a weighted graph (PyG weighs by a weighted ``adj_t``'s
+    values), else ones. Without weights, ``improved`` acts as it does in the installed PyG:
+    an ``adj_t`` fills 2, an ``edge_index`` (:func:`_improved_without_weights`) not at all in
+    PyG 2.8.
 
     Args:
         conv: the PyG layer (its ``lin`` and ``bias`` are taken over).
@@ -161,8 +176,9 @@ class GCNConvTwin(nn.Module):
         name = type(self).__name__
         if edge_weight is not None:
             self._part.check_edge_values(edge_weight, "edge_weight", name)
-        weighted = edge_weight is not None
-        improved = self.improved and (weighted or _improved_without_weights())
+        adj_t = edge_index is self._part.adj_t  # PyG: adj_t's values weigh, improved fills 2
+        weighted = edge_weight is not None or (adj_t and self._part.adj_t.weighted)
+        improved = self.improved and (weighted or adj_t or _improved_without_weights())
         ctx = _context(self, "gcn", x, edge_index, weighted=weighted, improved=improved)
         return _aggregate_linear(ctx, x, self.lin.weight, self.bias)
 
@@ -348,6 +364,7 @@ def gat_twin_class() -> type[nn.Module]:
                 edge_attr=edge_attr,
                 size=size,
                 return_attention_weights=return_attention_weights,
+                unweighted_adj=True,  # PyG's GATConv ignores the values of an adj_t
             )
             part = self._part
             out = super().forward(
