@@ -257,6 +257,11 @@ GROUPS: dict[str, dict[str, Callable[[int, int, float], nn.Module]]] = {
         "GIN-train-eps": _basic_gnn("GIN", 2, train_eps=True),
         "GAT-heads2": _basic_gnn("GAT", 2, heads=2),
     },
+    "adj_t": {  # called with adj_t (T.ToSparseTensor()): tests/pyg/test_pyg_sources.py
+        "GCN-improved": _basic_gnn("GCN", 2, improved=True),
+        "GAT-heads2": _basic_gnn("GAT", 2, heads=2),
+    },
+    "adj_t_unweighted": {"GraphSAGE": _basic_gnn("GraphSAGE", 2)},  # refuses a weighted adj_t
     "precision_edges": {  # at bf16-mixed on edge_graph(): edge values, the maximum
         "gat_edge": GATEdge,
         "gine": GINE,
@@ -452,6 +457,127 @@ def precision(*, source: Path, precision: str, group: str = "precision") -> dict
     """:func:`run_precision` of ``group`` at ``precision`` on the part of partition directory
     ``source``."""
     return run_precision(pyg.load_part(source, threads=1), precision, group)
+
+
+def with_adj_t(data: Any) -> Any:
+    """``data`` (a whole PyG graph, or a part) with ``edge_index`` replaced by its ``adj_t``:
+    :func:`train` then calls every model as a script written for ``T.ToSparseTensor()`` does,
+    ``model(data.x, data.adj_t)``."""
+    import copy
+
+    view = copy.copy(data)
+    view.edge_index = data.adj_t
+    return view
+
+
+def adj_t_graph(weighted: bool) -> Any:
+    """The tests' default graph (with edge weights: :func:`edge_graph`'s, no features) after
+    ``T.ToSparseTensor()``: ``adj_t`` instead of ``edge_index``."""
+    import torch_geometric.transforms as T
+    from conftest import build_sbm_graph
+
+    from fullgraph.datasets import to_pyg
+
+    graph = edge_graph() if weighted else build_sbm_graph()
+    graph.edge_attr = None
+    return T.ToSparseTensor()(to_pyg(graph))
+
+
+@TASKS.task
+def adj_t(*, source: str, weighted: int = 0) -> dict[str, np.ndarray]:
+    """:func:`run_converted` of the ``adj_t`` group called with ``data.adj_t``, the part of
+    ``source``: ``graph`` (every rank holds :func:`adj_t_graph`, ``load_part`` partitions it)
+    or a partition directory."""
+    data = pyg.load_part(adj_t_graph(bool(weighted)) if source == "graph" else source, threads=1)
+    return run_converted(with_adj_t(data), "adj_t")
+
+
+#: The arrays of a part that :func:`part_arrays` returns.
+PART_ARRAYS = ("global_ids", "indptr", "indices", "send_index", "send_offsets", "recv_offsets")
+
+
+@TASKS.task
+def part_arrays(*, source: str, adj: int = 0) -> dict[str, np.ndarray]:
+    """Every rank's part arrays (:data:`PART_ARRAYS`, ``edge_weight``) of ``load_part(source)``
+    as ``r/name``: ``graph`` (every rank holds :func:`adj_t_graph` of the weighted graph and
+    ``load_part`` partitions it; ``--adj 0``: its ``edge_index`` form) or a partition
+    directory."""
+    if source == "graph":
+        whole = adj_t_graph(True) if adj else _weighted_only()
+        data = pyg.load_part(whole, threads=1)
+    else:
+        data = pyg.load_part(source, threads=1)
+    part = data.fullgraph.part
+    mine = {k: np.asarray(getattr(part, k)) for k in PART_ARRAYS}
+    mine["edge_weight"] = np.asarray(part.edge_weight)
+    out = {}
+    for r, arrays in enumerate(data.fullgraph.comm.allgather_object(mine)):
+        out.update({f"{r}/{k}": v for k, v in arrays.items()})
+    return out
+
+
+def _weighted_only() -> Any:
+    """:func:`edge_graph` as a PyG ``Data`` with its edge weights and no edge features."""
+    from fullgraph.datasets import to_pyg
+
+    graph = edge_graph()
+    graph.edge_attr = None
+    return to_pyg(graph)
+
+
+#: Where :func:`stall` stops a rank: before the first collective after ``load_part``, after
+#: epoch 3, or between the forward pass and the loss of epoch 3; ``raise``: it raises a
+#: ``ValueError`` (a bug in the script) after epoch 3.
+STALLS = ("before", "epoch", "loss", "raise")
+
+
+@TASKS.task
+def stall(*, where: str, transport: str = "auto", timeout: float = 5.0) -> dict[str, np.ndarray]:
+    """A user's training script whose rank 1 stalls in its own code (``time.sleep``) at
+    ``where`` (:data:`STALLS`); the job must end with one line within about ``timeout``."""
+    import time
+
+    from conftest import build_sbm_graph
+
+    data = pyg.load_part(build_sbm_graph(), threads=1, timeout=timeout, transport=transport)
+    stalls = data.fullgraph.comm.rank == 1
+    if stalls and where == "before":
+        time.sleep(3600)
+    model = pyg.distribute(build("gcn", data.num_features, data.num_classes, 0.5), data)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(1, 6):
+        model.train()
+        opt.zero_grad()
+        out = model(data.x, data.edge_index)
+        if stalls and where == "loss" and epoch == 3:
+            time.sleep(3600)
+        loss = pyg.loss(out, data)
+        loss.backward()
+        opt.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}", flush=True)
+        if stalls and where == "epoch" and epoch == 3:
+            time.sleep(3600)
+        if stalls and where == "raise" and epoch == 3:
+            raise ValueError("a bug in the script on rank 1")
+    return {"finished": np.asarray(True)}
+
+
+#: What :func:`load_wrong` passes to ``load_part``.
+WRONG = ("int", "missing", "no_y")
+
+
+@TASKS.task
+def load_wrong(*, what: str) -> dict[str, np.ndarray]:
+    """``load_part`` of a wrong thing (:data:`WRONG`) on every rank: one line, every rank ends."""
+    from conftest import build_sbm_graph
+
+    from fullgraph.datasets import to_pyg
+
+    no_y = to_pyg(build_sbm_graph())
+    del no_y.y
+    source = {"int": 42, "missing": "parts/not-there-4", "no_y": no_y}[what]
+    pyg.load_part(source, threads=1, timeout=20)
+    return {"loaded": np.asarray(True)}
 
 
 if __name__ == "__main__":
