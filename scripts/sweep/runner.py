@@ -72,7 +72,7 @@ def error_lines(stderr: str) -> list[str]:
             ("Abort(", "MPICH", "[", "=", "YOUR APPLICATION", "This typically", "Please see")
         ):
             continue
-        if "Warning" in line or ": warning: " in line:
+        if "Warning" in line or ": warning: " in line or ": note: " in line:
             continue
         keep.append(line)
     return keep

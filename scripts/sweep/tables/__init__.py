@@ -14,6 +14,7 @@ from .inputs_launch import INPUTS_LAUNCH
 from .memory import OUT_OF_MEMORY, SIZES
 from .minibatch import MINIBATCH
 from .pyg_reductions import PYG_REDUCTIONS
+from .pyg_scripts import PYG_SCRIPTS
 
 #: Every table; the first five are the first sweep, the rest the second (issue 22).
 TABLES: list[list[Row]] = [
@@ -29,5 +30,6 @@ TABLES: list[list[Row]] = [
     CLEAR_ERRORS,
     MINIBATCH,
     PYG_REDUCTIONS,
+    PYG_SCRIPTS,
     FORCE_CONTROL,
 ]
