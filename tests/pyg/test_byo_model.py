@@ -415,7 +415,7 @@ def test_a_refused_script_ends_with_one_line_per_rank_at_most(where: str, tmp_pa
     env = {"PYTHONPATH": str(ROOT / "tests")}
     proc = run_mpi(2, [str(script), where], timeout=200, expect_ok=False, env=env)
     assert proc.returncode != 0 and "not reached" not in proc.stdout
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("fullgraph.pyg")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("fullgraph.pyg: error")]
     assert "Traceback" not in proc.stderr, proc.stderr
     if where == "convert":
         assert lines == [
@@ -423,10 +423,12 @@ def test_a_refused_script_ends_with_one_line_per_rank_at_most(where: str, tmp_pa
             "cannot be distributed exactly: " + convert._MESSAGE_PASSING
         ], proc.stderr
     else:
-        assert sorted(line[:30] for line in lines) == [
-            "fullgraph.pyg: error: rank 0: ",
-            "fullgraph.pyg: error: rank 1: ",
-        ], proc.stderr
+        # the first rank to fail aborts the job: the other's line may not come
+        assert 1 <= len(lines) <= 2 and len({line[:30] for line in lines}) == len(lines)
+        assert all(
+            line[:30] in ("fullgraph.pyg: error: rank 0: ", "fullgraph.pyg: error: rank 1: ")
+            for line in lines
+        ), proc.stderr
         line_no = next(i for i, t in enumerate(REFUSED_SCRIPT.splitlines(), 1) if "randn" in t)
         assert all(f"torch.randn_like at {script}:{line_no} draws" in t for t in lines), lines
 
