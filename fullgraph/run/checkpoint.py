@@ -17,8 +17,12 @@ still read. Files are replaced atomically (temporary file, fsync, rename).
 ``<dir>/.lock`` (a second run on the same directory is refused at once), a fresh run refuses a
 directory that holds a checkpoint unless ``--force`` (or ``--resume``), and every save first
 checks that ``checkpoint.pt`` is still the file this run last wrote or resumed from. Files of
-these names that fullgraph did not write (no fullgraph checksum, a foreign ``.lock``) are never
-overwritten, ``--force`` or not (:data:`CHECKPOINT`, :data:`LOCK`).
+these names that fullgraph did not write (no fullgraph checksum, a foreign ``.lock``) or that
+another writer of fullgraph's wrote (a model file, an export's weights) are never overwritten,
+``--force`` or not (:data:`CHECKPOINT`, :data:`LOCK`), nor is a directory that holds other
+files (another command's output, such as a prediction: :data:`CHECKPOINT_DIR`). A run that
+fails before its first checkpoint removes what it created (its ``config.json``, its lock, the
+directory), never an earlier run's files.
 """
 
 from __future__ import annotations
@@ -33,19 +37,44 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fullgraph.atomic import OutputKind, atomic_write_bytes, check_output, is_plain_file
+from fullgraph.atomic import (
+    OutputKind,
+    atomic_write_bytes,
+    check_output,
+    holds,
+    is_plain_file,
+    is_temporary_name,
+)
 from fullgraph.errors import ConfigError, mark_replicated
-from fullgraph.run.torch_file import encode_torch_file, not_a_torch_file, read_torch_file
+from fullgraph.run.torch_file import encode_torch_file, not_of_kinds, read_torch_file
 
 CHECKPOINT_NAME = "checkpoint.pt"
 LOCK_NAME = ".lock"
+CONFIG_NAME = "config.json"
 _LOCK_TEXT = re.compile(rb"(pid \d+ on [^\n]*\n?)?")
+_RANK_STATE = re.compile(r"rank-\d+-epoch-\d+\.pt")
 
 
 def _not_a_checkpoint(path: Path) -> str | None:
-    """``None`` for a file that carries fullgraph's checksum (a checkpoint fullgraph wrote,
-    whole or not; any format version), else why not."""
-    return not_a_torch_file(path)
+    """``None`` for a checkpoint or a rank's state that fullgraph wrote (whole, or too damaged
+    to say what it is; any format version), else why not (a model file, an export, not
+    fullgraph's)."""
+    return not_of_kinds(path, "checkpoint", "rank state")
+
+
+def _not_a_checkpoint_dir(path: Path) -> str | None:
+    """``None`` for a directory holding only what a checkpointing run writes there
+    (``checkpoint.pt``, ``rank-<r>-epoch-<e>.pt``, ``config.json``, ``.lock``, temporaries) or
+    an empty one, else what else it holds."""
+    if not path.is_dir():
+        return "it is a file" if path.is_file() else "it is not a directory"
+    own = (CHECKPOINT_NAME, LOCK_NAME, CONFIG_NAME)
+    unexpected = [
+        e
+        for e in path.iterdir()
+        if not (e.name in own or _RANK_STATE.fullmatch(e.name) or is_temporary_name(e.name))
+    ]
+    return holds(path, unexpected)
 
 
 def _not_a_lock(path: Path) -> str | None:
@@ -61,6 +90,8 @@ def _not_a_lock(path: Path) -> str | None:
 CHECKPOINT = OutputKind("a checkpoint", _not_a_checkpoint)
 #: ``.lock``: rewritten by every run, so only when a run wrote it.
 LOCK = OutputKind("a checkpoint lock", _not_a_lock)
+#: ``--checkpoint`` itself: a directory of the files above only (never another output's).
+CHECKPOINT_DIR = OutputKind("a checkpoint directory", _not_a_checkpoint_dir)
 
 #: Config keys that must match between the checkpoint and the resumed run (any of them changes
 #: the losses from the resumed epoch on: the model, its data, the optimiser and the learning-rate
@@ -155,6 +186,8 @@ class CheckpointDir:
         self.resume = resume
         self.force = force
         self.created = False
+        self.saved = False
+        self._before: set[str] = set()
         self._lock_fd: int | None = None
         self._expected: tuple[int, int, int, int] | None = None
 
@@ -176,7 +209,9 @@ class CheckpointDir:
         if self.rank != 0:
             return
         self.created = not self.path.exists()
-        check_output(self.path, "--checkpoint", kind="dir", exist_ok=True)
+        with contextlib.suppress(OSError):  # what an earlier run left: never removed by this one
+            self._before = {e.name for e in self.path.iterdir()}
+        check_output(self.path, "--checkpoint", kind="dir", exist_ok=True, ours=CHECKPOINT_DIR)
         LOCK.check_replaceable(self.path / LOCK_NAME, "--checkpoint")
         if not self.resume:  # a fresh run replaces these (--resume reads and checks them)
             for path in (self.file, *sorted(self.path.glob("rank-*-epoch-*.pt"))):
@@ -215,14 +250,23 @@ class CheckpointDir:
         self._lock_fd = fd
 
     def close(self, discard: bool = False) -> None:
-        """Release the lock; with ``discard``, remove the directory if this run created it and
-        wrote nothing into it."""
+        """Release the lock; with ``discard`` (the run failed) and no checkpoint written by
+        this run, remove what this run created: its ``config.json``, rank states and lock, and
+        the directory if it made it (an earlier run's files stay)."""
+        if discard and not self.saved and self.rank == 0 and self._lock_fd is not None:
+            made = [self.path / CONFIG_NAME, *self.path.glob("rank-*-epoch-*.pt")]
+            made = [p for p in made if p.name not in self._before]
+            if LOCK_NAME not in self._before:
+                made.append(self.path / LOCK_NAME)  # the lock last, while still held
+            for path in made:
+                with contextlib.suppress(OSError):
+                    path.unlink()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
         if discard and self.created and self.rank == 0:
             with contextlib.suppress(OSError):
-                (self.path / LOCK_NAME).unlink()
+                (self.path / LOCK_NAME).unlink(missing_ok=True)
                 self.path.rmdir()
 
     # -- the run's files ---------------------------------------------------------------------
@@ -243,7 +287,7 @@ class CheckpointDir:
             )
         atomic_write_bytes(self.file, encode_checkpoint(state))
         self._expected = _identity(self.file)
-        self.created = False
+        self.created, self.saved = False, True
         return self.file
 
     def load(self, config: dict[str, Any], partition_hash: str) -> dict[str, Any]:

@@ -9,6 +9,11 @@ unpickles anything, so a flipped bit is an error instead of a weight of -3.7e37.
 
 Checkpoints of format 2 (a ``FULLGRAPH-CHECKPOINT 2 sha256=...`` header line before the
 archive, which plain ``torch.load`` cannot read) are still read and recognised.
+
+Every writer of such files writes its own kind (:func:`torch_file_kind`: a checkpoint, a
+rank's checkpoint state, a model file of ``fullgraph train``, a PyG export), and ``--force``
+replaces only a file of the writer's own kind (:func:`not_of_kinds`): a model file never
+replaces a checkpoint or an export's weights, and the other way round.
 """
 
 from __future__ import annotations
@@ -80,6 +85,54 @@ def not_a_torch_file(path: Path) -> str | None:
     if _split(tail) is None:
         return "it carries no fullgraph checksum"
     return None
+
+
+#: What :func:`torch_file_kind` returns -> the noun of the messages.
+KIND_NOUNS = {
+    "checkpoint": "a checkpoint of `fullgraph train`",
+    "rank state": "a rank's checkpoint state",
+    "fullgraph-model": "a model file of `fullgraph train`",
+    "fullgraph-pyg": "the weights of a `fullgraph export`",
+}
+
+
+def torch_file_kind(path: Path) -> str | None:
+    """Which file fullgraph wrote at ``path`` (one that carries its checksum): ``checkpoint``,
+    ``rank state``, or the ``format`` it names (``fullgraph-model``, ``fullgraph-pyg``);
+    ``other`` for a fullgraph file of none of these; ``None`` where the archive cannot be read
+    (damaged: its kind is unknown).
+
+    Only the archive's pickle is read (the tensors are mapped, not loaded), without checking
+    the digest: a file damaged inside its tensors still says what it is.
+    """
+    with open(path, "rb") as f:
+        if f.read(len(_LEGACY_ANY_VERSION)) == _LEGACY_ANY_VERSION:
+            return "checkpoint"  # format 2: only checkpoints were written so
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # damaged: torch says so in many ways
+        return None
+    if not isinstance(obj, dict):
+        return "other"
+    if isinstance(obj.get("format"), str):
+        return obj["format"]
+    if "optimizer" in obj and "epoch" in obj:
+        return "checkpoint"
+    if set(obj) == {"residuals"}:
+        return "rank state"
+    return "other"
+
+
+def not_of_kinds(path: Path, *kinds: str) -> str | None:
+    """``None`` for a file fullgraph wrote of one of ``kinds`` (:func:`torch_file_kind`), or
+    one of its files too damaged to say (the writer may replace it); else why not."""
+    reason = not_a_torch_file(path)
+    if reason is not None:
+        return reason
+    kind = torch_file_kind(path)
+    if kind is None or kind in kinds:
+        return None
+    return f"it is {KIND_NOUNS.get(kind, 'another file of fullgraph')}"
 
 
 def read_torch_file(

@@ -25,28 +25,18 @@ from typing import Any
 
 import torch
 
-from fullgraph.atomic import OutputKind, atomic_write_bytes
+from fullgraph.atomic import atomic_write_bytes
 from fullgraph.errors import ConfigError
 from fullgraph.models.gnn import GNN
 from fullgraph.run.torch_file import (
     check_values,
     encode_torch_file,
-    not_a_torch_file,
     read_torch_file,
 )
 from fullgraph.training.config import TrainConfig
 
 FORMAT = "fullgraph-model"
 VERSION = 1
-
-
-def _not_a_model_file(path: Path) -> str | None:
-    """``None`` for a file fullgraph wrote with its checksum (a model file or a checkpoint)."""
-    return not_a_torch_file(path)
-
-
-#: ``--save-model``: replaced (with ``--force``) only when fullgraph wrote what is there.
-MODEL = OutputKind("a model file", _not_a_model_file)
 
 
 def model_state(
@@ -80,7 +70,8 @@ def model_state(
 def save_model_file(path: str | Path, state: dict[str, Any]) -> Path:
     """Write ``state`` (from :func:`model_state`) to ``path`` atomically, with its checksum.
 
-    The caller checked the path before the run (``--force`` rules, :data:`MODEL`).
+    The caller checked and claimed the path before the run (``--force`` replaces only a model
+    file: :data:`fullgraph.run.outputs.MODEL`; one writer: :mod:`fullgraph.run.claim`).
     """
     path = Path(path)
     atomic_write_bytes(path, encode_torch_file(state))
