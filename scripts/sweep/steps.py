@@ -153,6 +153,47 @@ def _musae_copy() -> Setup:
     return setup
 
 
+def _torch_edit(rel: str, key: str, change: Callable[[object], object]) -> Setup:
+    """Rewrite a file fullgraph wrote (model file, checkpoint) with ``change`` applied to the
+    value at ``key`` (dotted: ``state_dict.layers.0.lin.weight``, ``optimizer.exp_avg.1``;
+    a name with dots inside is matched whole); saved with a valid checksum, as a run would."""
+    from fullgraph.run.torch_file import encode_torch_file, read_torch_file
+
+    def edit(node: object, parts: list[str]) -> None:
+        for i in range(len(parts), 0, -1):  # the longest name first (state_dict keys)
+            name = ".".join(parts[:i])
+            index = int(name) if isinstance(node, list) and name.isdigit() else name
+            if (isinstance(node, dict) and name in node) or isinstance(index, int):
+                if i == len(parts):
+                    node[index] = change(node[index])  # type: ignore[index]
+                else:
+                    edit(node[index], parts[i:])  # type: ignore[index]
+                return
+        raise KeyError(f"{key} not in {rel}")
+
+    def setup(w: Path) -> None:
+        state = read_torch_file(w / rel, weights_only=False)
+        edit(state, key.split("."))
+        (w / rel).write_bytes(encode_torch_file(state))
+
+    return setup
+
+
+def _first_entry(value: float) -> Callable[[object], object]:
+    def change(t: object) -> object:
+        t = t.clone()  # type: ignore[attr-defined]
+        t.view(-1)[0] = value
+        return t
+
+    return change
+
+
+def _retyped(dtype: str) -> Callable[[object], object]:
+    import torch
+
+    return lambda t: t.to(getattr(torch, dtype))  # type: ignore[attr-defined]
+
+
 #: verb -> function of the step's arguments that makes the setup.
 SETUP_STEPS: dict[str, Callable[..., Setup]] = {
     # files
@@ -183,6 +224,13 @@ SETUP_STEPS: dict[str, Callable[..., Setup]] = {
     "npz no edges": lambda: _npz_edit(
         adj_data=lambda a: a[:0], adj_indices=lambda a: a[:0], adj_indptr=np.zeros_like
     ),
+    # files fullgraph wrote (model file, checkpoint), checksum kept valid
+    "set tensor": lambda rel, key, value: _torch_edit(rel, key, _first_entry(value)),
+    "retype tensor": lambda rel, key, dtype: _torch_edit(rel, key, _retyped(dtype)),
+    "cut tensor": lambda rel, key: _torch_edit(rel, key, lambda t: t[:-1].clone()),
+    "set value": lambda rel, key, value: _torch_edit(rel, key, lambda _: value),
+    "gz scale": lambda rel, k: _gz_lines(rel, lambda ls: [repr(float(x) * k) for x in ls]),
+    "gz fill": lambda rel, value: _gz_lines(rel, lambda ls: [value for _ in ls]),
     # other datasets, the machine
     "musae copy": _musae_copy,
     "full tmpfs": _full_tmpfs,  # rel: a full 32 KiB tmpfs mounted there

@@ -307,7 +307,7 @@ def _damaged(path: Path) -> Path:
         ("checkpoint", "is a checkpoint, not a model file"),
         ("damaged", "fails its sha256 checksum"),
         ("missing", "cannot read model file"),
-        ("weights do not fit", "the weights do not fit the model it describes"),
+        ("weights do not fit", "parameter 'layers.0.lin.bias' is missing"),
         ("target", "--to onnx: unsupported target; fullgraph exports to: pyg"),
         ("suffix", "give a path ending in .py"),
         ("out is the model", "is the model file this command reads"),

@@ -15,6 +15,7 @@ from .memory import OUT_OF_MEMORY, SIZES
 from .minibatch import MINIBATCH
 from .pyg_reductions import PYG_REDUCTIONS
 from .pyg_scripts import PYG_SCRIPTS
+from .silent_values import SILENT_VALUES
 
 #: Every table; the first five are the first sweep, the rest the second (issue 22).
 TABLES: list[list[Row]] = [
@@ -31,5 +32,6 @@ TABLES: list[list[Row]] = [
     MINIBATCH,
     PYG_REDUCTIONS,
     PYG_SCRIPTS,
+    SILENT_VALUES,
     FORCE_CONTROL,
 ]
