@@ -302,7 +302,7 @@ def _nothing_built(*args: object, **kwargs: object) -> None:
 ABSURD = {
     "width": ["--hidden", "10000000"],
     "heads": ["--model", "gat", "--heads", "100000"],
-    "layers": ["--layers", "100000", "--hidden", "256"],
+    "layers": ["--layers", "1000", "--hidden", "4096"],  # deeper is refused as such
 }
 
 

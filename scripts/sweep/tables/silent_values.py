@@ -130,7 +130,7 @@ BAD_OPTIONS = (
 )
 
 #: (what, the resumed run's options, text of the line): another schedule than the checkpoint's
-#: (``ck``: 3 epochs, constant, no warm-up; ``cos``: 4 of 6 epochs under cosine).
+#: (``ck``: 3 epochs, constant, no warm-up; ``cos``: 4 epochs under cosine, warm-up 1).
 CHANGED_SCHEDULES = (
     ("another --lr-warmup", "--checkpoint ck --epochs 5 --lr-warmup 1", "lr_warmup=0"),
     (
@@ -138,8 +138,16 @@ CHANGED_SCHEDULES = (
         "--checkpoint ck --epochs 5 --lr-schedule cosine",
         "lr_schedule",
     ),
-    ("a longer cosine schedule", "--checkpoint cos --epochs 9 --lr-schedule cosine", "epochs=6"),
-    ("a cosine run as constant", "--checkpoint cos --epochs 6", "lr_schedule='cosine'"),
+    (
+        "a longer cosine schedule",
+        "--checkpoint cos --epochs 9 --lr-schedule cosine --lr-warmup 1",
+        "epochs=4",
+    ),
+    (
+        "a cosine run as constant",
+        "--checkpoint cos --epochs 6 --lr-warmup 1",
+        "lr_schedule='cosine'",
+    ),
     (
         "--edge-weight onto an unweighted run",
         "--checkpoint ck --epochs 5 --edge-weight",
