@@ -474,6 +474,25 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, replace: bool =
     atomic_write_bytes(path, data, replace=replace)
 
 
+def check_named(path: str | os.PathLike[str], option: str, kind: str) -> Path:
+    """``path`` as a :class:`~pathlib.Path` if it ends in a name of its own (not ``.``, ``..``
+    or ``/``: directories that hold other things), for an output of ``kind`` (``file``,
+    ``dir``) given as ``option``.
+
+    Raises:
+        ConfigError: one line naming the path as given and a path that would do.
+    """
+    given = str(path)
+    if Path(given).name in ("", ".", ".."):
+        last = given.rstrip("/").rsplit("/", 1)[-1] or "/"
+        raise ConfigError(
+            f"{option} {given}: needs a {'directory' if kind == 'dir' else kind} name of its "
+            f"own, not {last!r} (a directory that "
+            f"holds other things); give a new path such as {option} {Path(given) / 'out'}"
+        )
+    return Path(given)
+
+
 def check_output(
     path: str | os.PathLike[str],
     option: str,
@@ -507,13 +526,7 @@ def check_output(
             under a regular file or in a place that cannot be written.
         FileExistsError: ``path`` exists and ``exist_ok`` is false.
     """
-    given, path = str(path), Path(path)
-    if path.name in ("", ".", ".."):
-        last = given.rstrip("/").rsplit("/", 1)[-1] or "/"
-        raise ConfigError(
-            f"{option} {given}: needs a {kind} name of its own, not {last!r} (a directory that "
-            f"holds other things); give a new path such as {option} {Path(given) / 'out'}"
-        )
+    path = check_named(path, option, kind)
     if os.path.lexists(path):
         if kind == "file" and path.is_dir():
             raise ConfigError(f"{option} {path} is a directory; give a file path")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fullgraph.atomic import Place, check_apart
+from fullgraph.atomic import Place, check_apart, check_named
 from fullgraph.config import OPTIONAL_POSITIVE_INT, POSITIVE, POSITIVE_INT, Config, option
 from fullgraph.errors import ConfigError
 from fullgraph.run.outputs import config_path_of_log
@@ -102,7 +102,7 @@ class RunOptions(Config):
         """
         outputs = []
         if self.log_json:
-            config = config_path_of_log(self.log_json)
+            config = config_path_of_log(check_named(self.log_json, "--log-json", "file"))
             outputs.append(Place(Path(self.log_json), f"--log-json {self.log_json}"))
             outputs.append(Place(config, f"--log-json {self.log_json} (its config file {config})"))
         if self.checkpoint:
