@@ -427,3 +427,35 @@ def test_shared_musae_datasets_load_under_their_short_names() -> None:
         if not (SHARED_DATASETS / directory / "raw").is_dir():
             pytest.skip(f"{SHARED_DATASETS / directory} absent")
         assert load(name, SHARED_DATASETS).num_nodes == n
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e308"])
+@pytest.mark.parametrize("file", ["edge_weight.csv.gz", "edge_feat.csv.gz", "node-feat.csv.gz"])
+def test_a_non_finite_value_names_its_own_file_and_line(
+    tmp_path: Path, tiny_graph: Graph, capsys, file: str, value: str
+) -> None:
+    """Issue 31: the line named edge.csv.gz and num-node-list.csv.gz, not the damaged file."""
+    import gzip
+
+    from fullgraph.datasets.synthetic import with_edge_values
+
+    write_ogb(with_edge_values(tiny_graph, edge_dim=2), tmp_path, "tiny")
+    path = tmp_path / "tiny" / "raw" / file
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    lines[3] = ",".join([value] * len(lines[3].split(",")))
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    err = cli_error(capsys, ["data", "info", "--dataset", "tiny", "--root", str(tmp_path)])
+    assert f"{file}: line 4 " in err and "num-node-list" not in err, err
+
+
+def test_synth_refuses_edge_values_that_cannot_fit(tmp_path: Path, capsys) -> None:
+    """Refused before anything is drawn, naming the size; no train levers (ranks)."""
+    argv = ["data", "synth", "--name", "w", "--root", str(tmp_path), "--edge-dim", "100000000"]
+    err = cli_error(capsys, argv)
+    assert "GiB" in err and "--edge-dim" in err and "ranks" not in err, err
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_name_starting_with_a_dash_is_refused(tmp_path: Path, capsys) -> None:
+    err = cli_error(capsys, ["data", "synth", "--name=-x", "--root", str(tmp_path)])
+    assert "does not start with '-'" in err and list(tmp_path.iterdir()) == []

@@ -432,3 +432,26 @@ def test_cli_partition_bad_out(small_graph, tmp_path, fake_load, capsys, case):
         assert "is a file" in err or "already exists" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
     assert (tmp_path / "f").read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("damage", ["past-inner", "negative"])
+def test_damaged_send_index_is_refused_without_checksums(parts4, damage):
+    """Issue 31: --no-verify ended in an IndexError deep in the first exchange."""
+    key = "part-1/send_index.npy"
+    index = np.load(parts4 / key)
+    index[0] = 10**6 if damage == "past-inner" else -3
+    np.save(parts4 / key, index)  # same size: only a checksum would notice
+    with pytest.raises(PartitionError, match=r"send_index\.npy: entry 0 sends node"):
+        load_partition(parts4, 1, verify_checksums=False)
+
+
+@pytest.mark.parametrize(("key", "array"), [("global_ids", np.arange(3)), ("indptr", np.array(5))])
+def test_a_short_array_never_reads_as_a_negative_count(parts4, key, array):
+    rel = f"part-0/{key}.npy"
+    rewrite(parts4, rel, array)
+    meta = json.loads((parts4 / "meta.json").read_text())
+    meta["files"][rel]["shape"] = list(array.shape)
+    (parts4 / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(PartitionError) as info:
+        load_partition(parts4, 0)
+    assert not re.search(r"(?<![\w\[])-\d", str(info.value)), info.value

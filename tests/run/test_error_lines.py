@@ -38,3 +38,34 @@ def test_presumed_replicated_error_lines(
         return
     assert len(lines) == 1 and "partition directory" in lines[0], out.stderr
     assert ("rank 2 on " in lines[0]) == (printed == "named")
+
+
+def test_a_negative_looking_value_is_a_value() -> None:
+    """`--fanouts -1,5` (-1: every neighbour, as PyG's NeighborLoader) parses like
+    `--fanouts=-1,5`; an option left without its value says how to give one."""
+    from fullgraph.cli import NEGATIVE_VALUE, build_parser
+
+    argv = ["minibatch", "--dataset", "tiny", "--root", "data", "--fanouts", "-1,5"]
+    assert build_parser(argv).parse_args(argv).fanouts == "-1,5"
+    assert NEGATIVE_VALUE.match("-1e-3") and not NEGATIVE_VALUE.match("-x")
+
+
+def test_an_option_without_its_value_says_how_to_give_one(capsys) -> None:
+    from fullgraph.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["data", "synth", "--name", "-x", "--root", "r"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--name=VALUE" in err, err
+
+
+def test_edge_weights_missing_names_the_data_given(tmp_path: Path, capsys) -> None:
+    """Issue 31: a run without a partition was told "the partition stores none"."""
+    from fullgraph.cli import main
+
+    argv = ["train", "--synthetic", "tiny", "--edge-weight", "--epochs", "1", "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--synthetic tiny generates no edge weights" in err, err
+    assert "partition" not in err
