@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from fullgraph.commands.plan import PlanOptions, print_fits, size_table
+from fullgraph.commands.plan_table import PlanOptions, print_fits, size_table
 from fullgraph.config import Config, number, option
 from fullgraph.memory.plan import GIB, MIB, machine_memory_bytes, mib
 from fullgraph.minibatch.config import MinibatchConfig, MinibatchData

@@ -33,8 +33,8 @@ from torch import nn
 from fullgraph.errors import ConfigError
 from fullgraph.models.layers import layer_kinds
 from fullgraph.precision import compute_dtype, resolve_precision
-from fullgraph.pyg import node_rows
 from fullgraph.pyg.edge_twins import GATConvEdgeTwin, GINEConvTwin
+from fullgraph.pyg.node_rows import watch
 from fullgraph.pyg.part_data import PartGraph, part_graph_of
 from fullgraph.pyg.runtime import ModelRun
 from fullgraph.pyg.twins import (
@@ -674,7 +674,7 @@ def distribute(model: nn.Module, data: Any, *, precision: str = "32") -> nn.Modu
     part.plan.row_dtype = compute_dtype(precision)  # aggregations and halo rows in bfloat16
     _broadcast_state(model, part)
     model._fullgraph_run = ModelRun(model, part, precision)
-    node_rows.watch(model, data, part)  # the script's own reductions over nodes: exact
+    watch(model, data, part)  # the script's own reductions over nodes: exact
     model.fullgraph_precision = precision
     return model
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fullgraph.pyg.node_rows import Call, NodeRows, plain, tag
+from fullgraph.pyg.node_rows import RULES, Call, NodeRows, plain, tag
 
 Rule = Callable[[Call], Any]
 
@@ -296,7 +296,6 @@ def _both(name: str) -> list[Any]:
     return [f for f in (getattr(torch, name, None), getattr(torch.Tensor, name, None)) if f]
 
 
-RULES: dict[Any, Rule] = {}
 for _name, _rule in {
     "sum": _sum_like(False),
     "nansum": _sum_like(False, nan=True),

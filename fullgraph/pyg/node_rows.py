@@ -28,6 +28,7 @@ model's forward pass never sees the tag (its inputs are unwrapped), so it costs 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,6 +36,10 @@ import torch
 from fullgraph.errors import ConfigError
 
 #: The fix a refusal names.
+#: torch function or method -> its rule over node rows, filled by
+#: :mod:`~fullgraph.pyg.node_reductions` when it is imported (``fullgraph.pyg`` imports it).
+RULES: dict[Any, Callable[[Call], Any]] = {}
+
 FIX = (
     "use pyg.loss(out, data) / pyg.accuracy(out, data, mask), or sum / mean / a "
     "torch.nn.functional loss (made exact over the ranks)"
@@ -63,8 +68,6 @@ class NodeRows(torch.Tensor):
 
     @classmethod
     def _dispatch(cls, func: Any, args: tuple, kwargs: dict) -> Any:
-        from fullgraph.pyg.node_reductions import RULES
-
         tagged = [t for t in _tensors(args, kwargs) if isinstance(t, NodeRows)]
         if not tagged:
             return func(*args, **kwargs)

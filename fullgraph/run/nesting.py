@@ -29,7 +29,7 @@ def _directory_kinds() -> list[tuple[OutputKind, tuple[str, ...]]]:
     from fullgraph.datasets.ogb_writer import DATASET
     from fullgraph.partition.build import PARTITION
     from fullgraph.run.checkpoint import CHECKPOINT_DIR, CHECKPOINT_NAME, LOCK_NAME
-    from fullgraph.training.inference import PREDICTION, SUMMARY
+    from fullgraph.run.prediction_dir import PREDICTION, SUMMARY
 
     return [
         (PREDICTION, (SUMMARY,)),

@@ -30,7 +30,6 @@ from __future__ import annotations
 import errno
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -40,60 +39,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from fullgraph.atomic import OutputKind, holds, is_plain_file, read_marker
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.errors import ConfigError, DataError, OutputError
 from fullgraph.partition import Partition
 from fullgraph.run.metrics import split_metrics
+from fullgraph.run.prediction_dir import (  # noqa: F401  (the format, re-exported)
+    FORMAT,
+    LOGITS,
+    PREDICTION,
+    PREDICTIONS,
+    PROBABILITIES,
+    SUMMARY,
+    VERSION,
+    WRITE_WINDOW_BYTES,
+    embeddings_name,
+)
 from fullgraph.training.assembly import assemble_rank
 from fullgraph.training.config import TrainConfig
 from fullgraph.training.model_file import ModelFile
-
-#: ``predict.json``'s ``format`` and ``version``.
-FORMAT = "fullgraph-predict"
-VERSION = 1
-#: The summary file of a prediction directory.
-SUMMARY = "predict.json"
-PREDICTIONS = "predictions.npy"
-PROBABILITIES = "probabilities.npy"
-LOGITS = "logits.npy"
-_EMBEDDINGS = re.compile(r"embeddings-([1-9][0-9]*)\.npy")
-#: The most bytes of one output file a rank maps at a time while it writes its rows.
-WRITE_WINDOW_BYTES = 16 << 20
-
-
-def embeddings_name(layer: int) -> str:
-    """The file of layer ``layer``'s embeddings (``embeddings-2.npy``)."""
-    return f"embeddings-{layer}.npy"
-
-
-def _not_a_prediction(path: Path) -> str | None:
-    """``None`` when ``path`` is a directory ``fullgraph predict`` wrote (or an empty one),
-    else what makes it someone else's.
-
-    Ours: a ``predict.json`` of :data:`FORMAT` and, beside it, only the output files
-    (``predictions.npy``, ``probabilities.npy``, ``logits.npy``, ``embeddings-<k>.npy``), each a
-    plain file.
-    """
-    if not path.is_dir():
-        return "it is a file" if path.is_file() else "it is not a directory"
-    marker = read_marker(path / SUMMARY)
-    ours = isinstance(marker, dict) and marker.get("format") == FORMAT
-    entries = sorted(path.iterdir())
-    names = {SUMMARY, PREDICTIONS, PROBABILITIES, LOGITS}
-    unexpected = [
-        e
-        for e in entries
-        if not ((e.name in names or _EMBEDDINGS.fullmatch(e.name)) and is_plain_file(e))
-    ]
-    reason = holds(path, unexpected)
-    if reason is None and entries and not ours:
-        reason = f"it has no {SUMMARY} of `fullgraph predict`"
-    return reason
-
-
-#: ``fullgraph predict --out``: replaced (with ``--force``) only when ``predict`` wrote it.
-PREDICTION = OutputKind("a prediction", _not_a_prediction)
 
 
 def parse_layers(text: str) -> list[int]:

@@ -25,7 +25,10 @@ from fullgraph.training.inference import PREDICTION
 
 def _run(argv: list[str], capsys) -> tuple[int, str, str]:
     with one_thread():
-        code = cli_main([*argv, "--threads", "1"])
+        try:
+            code = cli_main([*argv, "--threads", "1"])
+        except SystemExit as exc:  # argparse's own one-line errors (a required option)
+            code = exc.code
     out = capsys.readouterr()
     return code, out.out, out.err
 
