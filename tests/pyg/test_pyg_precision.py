@@ -260,7 +260,7 @@ def test_an_unknown_precision_is_one_line_under_mpirun(tmp_path: Path) -> None:
     proc = run_mpi(2, [str(script)], timeout=180, expect_ok=False, env=env)
     assert proc.returncode != 0 and "not reached" not in proc.stdout
     assert "Traceback" not in proc.stderr, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("fullgraph.pyg")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("fullgraph.pyg: error")]
     assert lines == [
         "fullgraph.pyg: error: --precision must be one of 32, bf16-mixed, auto, not 'fp16'"
     ], proc.stderr
