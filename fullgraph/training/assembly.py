@@ -184,6 +184,8 @@ def check_gcn_degrees(part: Partition, fill: float) -> None:
         ConfigError: one line: how many of the part's nodes, the first one's degree, how many
             stored weights are negative.
     """
+    if part.in_weight is None:  # no weights: the caller says which are missing
+        return
     inner = np.asarray(part.in_weight[: part.num_inner], np.float64) + fill
     bad = np.flatnonzero(~(inner > 0))
     if bad.size == 0:
