@@ -197,7 +197,10 @@ class PredictCommand(Command):
         self.model_file = mf = load_model_file(opts.model)
         # the model's precision unless --precision says otherwise; where this device has no
         # bfloat16, a bf16-mixed model runs in float32 (with a line) unless asked for bf16
-        model_precision = "auto" if mf.config.precision == "bf16-mixed" else "32"
+        from fullgraph.precision import bf16_unsupported
+
+        bf16 = mf.config.precision == "bf16-mixed" and bf16_unsupported(self.device) is None
+        model_precision = "bf16-mixed" if bf16 else "32"
         self.precision = self.resolve_precision(opts.precision or model_precision)
         check_embeddings(opts.embeddings, mf.config.layers)
         if self.parts is not None:
