@@ -13,6 +13,7 @@ from .force import FORCE, FORCE_CONTROL
 from .inputs_launch import INPUTS_LAUNCH
 from .memory import OUT_OF_MEMORY, SIZES
 from .minibatch import MINIBATCH
+from .model_files import MODEL_FILES
 from .pyg_reductions import PYG_REDUCTIONS
 from .pyg_scripts import PYG_SCRIPTS
 from .silent_values import SILENT_VALUES
@@ -33,5 +34,6 @@ TABLES: list[list[Row]] = [
     PYG_REDUCTIONS,
     PYG_SCRIPTS,
     SILENT_VALUES,
+    MODEL_FILES,
     FORCE_CONTROL,
 ]
