@@ -80,6 +80,25 @@ def _edit_meta(key: str, scale: float | None = None, value: object = None) -> Se
     return setup
 
 
+def _edit_part_meta(rank: int, key: str, value: object) -> Setup:
+    def setup(w: Path) -> None:
+        path = w / "p2" / "meta.json"
+        meta = json.loads(path.read_text())
+        meta["parts"][rank][key] = value
+        path.write_text(json.dumps(meta, indent=2))
+
+    return setup
+
+
+def _npy_set(rel: str, index: int, value: float) -> Setup:
+    def setup(w: Path) -> None:
+        a = np.load(w / rel)
+        a[index] = value
+        np.save(w / rel, a)
+
+    return setup
+
+
 def _gz_lines(rel: str, transform: Callable[[list[str]], list[str]]) -> Setup:
     """Rewrite the lines of a gzipped CSV; its dataset's ``processed`` cache goes."""
 
@@ -104,9 +123,9 @@ def _npz_edit(**changes: Callable[[np.ndarray], np.ndarray]) -> Setup:
     return setup
 
 
-def _npz_set(key: str, index: int, value: float) -> Setup:
+def _npz_set(key: str, index: int, value: float, dtype: str | None = None) -> Setup:
     def change(a: np.ndarray) -> np.ndarray:
-        a = a.copy()
+        a = a.astype(dtype or a.dtype)
         a[index] = value
         return a
 
@@ -207,6 +226,7 @@ SETUP_STEPS: dict[str, Callable[..., Setup]] = {
     # the tiny dataset's CSVs
     "drop processed": _drop_processed,  # the tiny dataset's processed cache
     "gz insert": lambda rel, i, line: _gz_lines(rel, lambda ls: [*ls[:i], line, *ls[i:]]),
+    "gz set line": lambda rel, i, line: _gz_lines(rel, lambda ls: [*ls[:i], line, *ls[i + 1 :]]),
     "gz append": lambda rel, line: _gz_lines(rel, lambda ls: [*ls, line]),
     "gz replace first": lambda rel, line: _gz_lines(rel, lambda ls: [line, *ls[1:]]),
     "gz drop last": lambda rel: _gz_lines(rel, lambda ls: ls[:-1]),
@@ -217,8 +237,10 @@ SETUP_STEPS: dict[str, Callable[..., Setup]] = {
     # the partition's meta.json
     "scale meta": lambda key, factor: _edit_meta(key, factor),
     "set meta": lambda key, value: _edit_meta(key, None, value),
+    "set part meta": _edit_part_meta,  # rank, key, value
+    "npy set": _npy_set,  # rel, index, value: one entry of a part's array (checksum not kept)
     # the .npz dataset
-    "npz set": _npz_set,  # key, index, value
+    "npz set": _npz_set,  # key, index, value[, dtype the array is stored as]
     "npz reverse": lambda key: _npz_edit(**{key: lambda a: a[::-1].copy()}),
     "npz drop tail": lambda key, n: _npz_edit(**{key: lambda a: a[:-n]}),
     "npz no edges": lambda: _npz_edit(

@@ -17,6 +17,7 @@ from .model_files import MODEL_FILES
 from .pyg_reductions import PYG_REDUCTIONS
 from .pyg_scripts import PYG_SCRIPTS
 from .silent_values import SILENT_VALUES
+from .unclear_lines import UNCLEAR_LINES
 
 #: Every table; the first five are the first sweep, the rest the second (issue 22).
 TABLES: list[list[Row]] = [
@@ -35,5 +36,6 @@ TABLES: list[list[Row]] = [
     PYG_SCRIPTS,
     SILENT_VALUES,
     MODEL_FILES,
+    UNCLEAR_LINES,
     FORCE_CONTROL,
 ]
