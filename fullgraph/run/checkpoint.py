@@ -40,6 +40,7 @@ from typing import Any
 from fullgraph.atomic import (
     OutputKind,
     atomic_write_bytes,
+    atomic_write_json,
     check_output,
     holds,
     is_plain_file,
@@ -190,6 +191,7 @@ class CheckpointDir:
         self._before: set[str] = set()
         self._lock_fd: int | None = None
         self._expected: tuple[int, int, int, int] | None = None
+        self._pending_config: dict[str, Any] | None = None
 
     @property
     def file(self) -> Path:
@@ -270,6 +272,15 @@ class CheckpointDir:
                 self.path.rmdir()
 
     # -- the run's files ---------------------------------------------------------------------
+    def write_config(self, resolved: dict[str, Any]) -> None:
+        """Rank 0: the run's resolved config as ``config.json``. A fresh run that replaces an
+        earlier checkpoint (``--force``) writes it only with its first checkpoint, so a run that
+        fails before then leaves the earlier run's checkpoint and config as a pair."""
+        if self.resume or not self.file.exists():
+            atomic_write_json(self.path / CONFIG_NAME, resolved)
+        else:
+            self._pending_config = resolved
+
     def save(self, state: dict[str, Any]) -> Path:
         """Rank 0: write ``state`` to ``checkpoint.pt``, if it is still this run's file.
 
@@ -285,6 +296,9 @@ class CheckpointDir:
                     f"not written"
                 )
             )
+        if self._pending_config is not None:
+            atomic_write_json(self.path / CONFIG_NAME, self._pending_config)
+            self._pending_config = None
         atomic_write_bytes(self.file, encode_checkpoint(state))
         self._expected = _identity(self.file)
         self.created, self.saved = False, True

@@ -228,7 +228,7 @@ class RunOutputs:
                 ) from None
             atomic_write_json(config_path_of_log(self.log_json), resolved)
         if self.checkpoints is not None:
-            atomic_write_json(self.checkpoints.path / "config.json", resolved)
+            self.checkpoints.write_config(resolved)
         return self.log
 
     def close(self, discard: bool = False) -> None:
