@@ -34,12 +34,12 @@ from fullgraph.atomic import (
     holds,
     is_plain_dir,
     is_plain_file,
-    is_temporary_name,
     read_marker,
 )
 from fullgraph.datasets.edges import csr_to_edges, is_symmetric
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.paths import dataset_dir
+from fullgraph.renames import is_temporary_name
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 The import graph is read from the source (every ``import`` and ``from ... import``, including
 those inside functions), over the four packages of the distribution. The ground floor
-(:data:`GROUND`) holds what everything may use: errors, atomic writes, resource probes, the
-counter hashes, the configuration framework, the process watchdog, the metrics and the
-``--precision`` option with its device check.
+(:data:`GROUND`) holds what everything may use: errors, atomic writes and the renames they are
+made of, resource probes, the counter hashes, the configuration framework, the process
+watchdog, the metrics and the ``--precision`` option with its device check.
 :data:`FLOORS` orders the rest: a module may import its own floor and the floors below it,
 never one above.
 """
@@ -25,6 +25,7 @@ PACKAGES = {
 GROUND = {
     "fullgraph.errors",
     "fullgraph.atomic",
+    "fullgraph.renames",
     "fullgraph.resources",
     "fullgraph.hashing",
     "fullgraph.config",

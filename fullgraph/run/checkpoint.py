@@ -44,9 +44,9 @@ from fullgraph.atomic import (
     check_output,
     holds,
     is_plain_file,
-    is_temporary_name,
 )
 from fullgraph.errors import ConfigError, mark_replicated
+from fullgraph.renames import is_temporary_name
 from fullgraph.run.torch_file import encode_torch_file, not_of_kinds, read_torch_file
 
 CHECKPOINT_NAME = "checkpoint.pt"
