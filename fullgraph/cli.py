@@ -1,6 +1,6 @@
 """The ``fullgraph`` command: one entry point, one subcommand per stage.
 
-Each subcommand lives in the module that owns its work and exposes
+Each subcommand is one module of :mod:`fullgraph.commands` and exposes
 ``register(subparsers) -> None``, which adds its parser and sets ``func`` (called with the parsed
 namespace, returning an exit code). Only the chosen subcommand's module is imported (the others
 get a one-line entry for ``--help``), and heavy work happens inside the handlers, so that
@@ -31,14 +31,14 @@ from fullgraph.watchdog import Terminated, Watchdog
 
 #: (module, name, summary) of every subcommand, in the order ``--help`` lists them.
 SUBCOMMANDS: list[tuple[str, str, str]] = [
-    ("fullgraph.datasets.cli", "data", "generate synthetic datasets, describe datasets on disk"),
+    ("fullgraph.commands.data", "data", "generate synthetic datasets, describe datasets on disk"),
     (
-        "fullgraph.partition.cli",
+        "fullgraph.commands.partition",
         "partition",
         "split a dataset into P per-rank parts (METIS, random or contiguous)",
     ),
     (
-        "fullgraph.partition.verify_cli",
+        "fullgraph.commands.verify",
         "verify",
         "check a partition directory: ownership, edges, halo maps, checksums",
     ),

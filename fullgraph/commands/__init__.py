@@ -1,6 +1,8 @@
-"""The commands that run on ranks (``fullgraph train``, ``minibatch``) and ``fullgraph plan``.
+"""The subcommands of ``fullgraph``, one module each, registered by :mod:`fullgraph.cli`.
 
-Each module holds one subcommand: its ``register(subparsers)`` adds the options (generated from
-the configuration dataclasses), and a :class:`~fullgraph.run.command.Command` subclass runs it
-on the shared scaffold. This is the top floor: a command may use every wing below it.
+Each module's ``register(subparsers)`` adds its parser and handler. The commands that run on
+ranks (``train``, ``predict``, ``minibatch``) generate their options from the configuration
+dataclasses and run on the shared scaffold of :class:`~fullgraph.run.command.Command`; the
+offline stages (``data``, ``partition``, ``verify``) and ``plan`` / ``export`` run in one
+process. This is the top floor: a command may use every wing below it.
 """

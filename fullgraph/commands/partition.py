@@ -8,9 +8,11 @@ from pathlib import Path
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``partition`` subcommand to the top-level parser."""
+    from fullgraph.cli import summary
+
     parser = subparsers.add_parser(
         "partition",
-        help="split a dataset into P per-rank parts (METIS, random or contiguous)",
+        help=summary("partition"),
         description=(
             "Load a dataset (--dataset and --root, or a user's own PyG graph: --pyg FILE), "
             "assign every node an owner rank and write OUT/meta.json plus "
@@ -73,8 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _partition(args: argparse.Namespace) -> int:
     from fullgraph.atomic import Place, check_apart, check_output
+    from fullgraph.commands.data import setup_logging
     from fullgraph.datasets import load
-    from fullgraph.datasets.cli import setup_logging
     from fullgraph.datasets.paths import dataset_inputs
     from fullgraph.partition.assign import check_num_parts
     from fullgraph.partition.build import PARTITION, partition_graph

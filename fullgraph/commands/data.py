@@ -14,9 +14,11 @@ from fullgraph.resources import peak_rss_mb
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``data`` subcommand (``synth``, ``info``) to the top-level parser."""
+    from fullgraph.cli import summary
+
     parser = subparsers.add_parser(
         "data",
-        help="generate synthetic datasets, describe datasets on disk",
+        help=summary("data"),
         description=(
             "Datasets live in <root>/<name with - as _>/. `synth` writes a synthetic graph "
             "there in OGB layout; `info` loads any known dataset and prints its sizes."

@@ -8,9 +8,11 @@ from pathlib import Path
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``verify`` subcommand to the top-level parser."""
+    from fullgraph.cli import summary
+
     parser = subparsers.add_parser(
         "verify",
-        help="check a partition directory: ownership, edges, halo maps, checksums",
+        help=summary("verify"),
         description=(
             "Check every invariant of a partition directory written by `fullgraph partition`: "
             "file checksums; every node owned once; every incoming edge stored once; halo rows "
