@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fullgraph.kernels.cpu_launch import row_ranges
 from fullgraph.kernels.csr import CSRMatrix
-from fullgraph.kernels.spmm_cpu import RANGES_PER_THREAD, balanced_row_ranges
 
 #: The attribute of a CSRMatrix holding ``(global_ids, its AttentionGraph)``.
 _KEPT_AS = "_attention_graph"
@@ -109,16 +109,14 @@ class AttentionGraph:
         """Row ranges with about equal edges for ``threads`` threads."""
         key = ("rows", threads)
         if key not in self._cache:
-            parts = threads * RANGES_PER_THREAD if threads > 1 else 1
-            self._cache[key] = balanced_row_ranges(self.indptr_np(), parts)
+            self._cache[key] = row_ranges(self.indptr_np(), threads)
         return self._cache[key]
 
     def column_ranges(self, threads: int) -> np.ndarray:
         """Column ranges (of the transpose) with about equal edges for ``threads`` threads."""
         key = ("cols", threads)
         if key not in self._cache:
-            parts = threads * RANGES_PER_THREAD if threads > 1 else 1
-            self._cache[key] = balanced_row_ranges(self.transpose()[0], parts)
+            self._cache[key] = row_ranges(self.transpose()[0], threads)
         return self._cache[key]
 
     def edges_with_loops(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

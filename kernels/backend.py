@@ -91,3 +91,13 @@ def select_backend(device: torch.device, kernel: str) -> str:
         stacklevel=2,
     )
     return "torch"
+
+
+def numba_or_torch(device: torch.device, dtype: torch.dtype, kernel: str) -> str:
+    """The back-end of a kernel with a numba CPU kernel and a torch reference only (no Triton):
+    ``numba`` for float32 / float64 CPU tensors (unless ``FULLGRAPH_KERNEL`` says otherwise,
+    see :func:`select_backend`), else ``torch``."""
+    name = select_backend(device, kernel)
+    if name == "cpu" and dtype in (torch.float32, torch.float64):
+        return "numba"
+    return "torch"

@@ -30,21 +30,12 @@ import numpy as np
 import torch
 
 from fullgraph.kernels.attention_graph import AttentionGraph
-from fullgraph.kernels.backend import select_backend
+from fullgraph.kernels.backend import numba_or_torch
 from fullgraph.kernels.edge_attention_cpu import attention_backward_numba, attention_forward_numba
 from fullgraph.kernels.edge_attention_torch import (
     attention_backward_torch,
     attention_forward_torch,
 )
-
-
-def _backend(device: torch.device, dtype: torch.dtype) -> str:
-    """``numba`` for float32 / float64 CPU tensors (unless ``FULLGRAPH_KERNEL`` says otherwise),
-    else ``torch``."""
-    name = select_backend(device, "edge_attention")
-    if name == "cpu" and dtype in (torch.float32, torch.float64):
-        return "numba"
-    return "torch"
 
 
 class EdgeAttention(torch.autograd.Function):
@@ -68,7 +59,7 @@ class EdgeAttention(torch.autograd.Function):
         if adst is None:
             adst = _dst_columns(rows, graph, heads, width)
         adst = adst.contiguous()
-        backend = _backend(rows.device, rows.dtype)
+        backend = numba_or_torch(rows.device, rows.dtype, "edge_attention")
         run = attention_forward_numba if backend == "numba" else attention_forward_torch
         out, rmax, rden = run(graph, rows, adst, width, keys, p, slope)
         ctx.save_for_backward(rows, adst, rmax, rden)

@@ -26,7 +26,8 @@ import torch
 
 from fullgraph.hashing import splitmix64_u64
 from fullgraph.kernels.attention_graph import AttentionGraph
-from fullgraph.kernels.spmm_cpu import PREFETCH_DISTANCE, _prefetch_row, thread_count
+from fullgraph.kernels.cpu_launch import numba_launch
+from fullgraph.kernels.spmm_cpu import PREFETCH_DISTANCE, _prefetch_row
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -271,16 +272,13 @@ def attention_forward_numba(
     slope: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out, rmax, rden) with the numba kernel (CPU tensors, no autograd)."""
-    threads = thread_count()
-    numba.set_num_threads(threads)
     np_dtype = np.float64 if rows.dtype == torch.float64 else np.float32
     words, threshold, scale = _drop_args(keys, p, rows.dtype)
     heads = adst.shape[1]
     out = torch.empty((g.num_inner, heads * width), dtype=rows.dtype)
     rmax = torch.empty((g.num_inner, heads), dtype=rows.dtype)
     rden = torch.empty((g.num_inner, heads), dtype=rows.dtype)
-    previous = numba.set_parallel_chunksize(1)
-    try:
+    with numba_launch() as threads:
         _forward_rows(
             g.indptr_np(),
             g.indices_np(),
@@ -297,8 +295,6 @@ def attention_forward_numba(
             rden.numpy(),
             g.row_ranges(threads),
         )
-    finally:
-        numba.set_parallel_chunksize(previous)
     return out, rmax, rden
 
 
@@ -315,8 +311,6 @@ def attention_backward_numba(
     slope: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad_rows, grad_adst) with the numba kernels (CPU tensors, no autograd)."""
-    threads = thread_count()
-    numba.set_num_threads(threads)
     np_dtype = np.float64 if rows.dtype == torch.float64 else np.float32
     words, threshold, scale = _drop_args(keys, p, rows.dtype)
     heads = adst.shape[1]
@@ -327,8 +321,7 @@ def attention_backward_numba(
     grad_adst = torch.empty((g.num_inner, heads), dtype=rows.dtype)
     grad_rows = torch.empty_like(rows)  # every row zeroed by the column pass
     t_indptr, t_rows, t_edge = g.transpose()
-    previous = numba.set_parallel_chunksize(1)
-    try:
+    with numba_launch() as threads:
         _backward_rows(
             g.indptr_np(),
             g.indices_np(),
@@ -367,6 +360,4 @@ def attention_backward_numba(
             grad_rows.numpy(),
             g.column_ranges(threads),
         )
-    finally:
-        numba.set_parallel_chunksize(previous)
     return grad_rows, grad_adst

@@ -9,14 +9,13 @@ hash of ``(key, row, column)`` for the stochastic rounding noise, computed in ui
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import torch
 from numba import njit, prange
 
 from fullgraph.hashing import lowbias32_u64
+from fullgraph.kernels.cpu_launch import numba_launch
 from fullgraph.kernels.quantized_rows import QuantizedRows, packed_width, record_nbytes
-from fullgraph.kernels.spmm_cpu import thread_count
 
 #: Rows one parallel work item handles (one scratch buffer of codes per block).
 ROW_BLOCK = 64
@@ -198,16 +197,16 @@ def quantize_cpu(X: torch.Tensor, bits: int, stochastic: bool, key: int) -> Quan
     if n == 0 or f == 0:
         return QuantizedRows(packed, row_min, row_scale, bits, f)
     x = X.detach().to(torch.float32).contiguous()
-    numba.set_num_threads(thread_count())
-    _quantize_rows(
-        x.numpy(),
-        bits,
-        bool(stochastic),
-        int(key),
-        packed.numpy(),
-        row_min.numpy(),
-        row_scale.numpy(),
-    )
+    with numba_launch(chunksize=None):
+        _quantize_rows(
+            x.numpy(),
+            bits,
+            bool(stochastic),
+            int(key),
+            packed.numpy(),
+            row_min.numpy(),
+            row_scale.numpy(),
+        )
     return QuantizedRows(packed, row_min, row_scale, bits, f)
 
 
@@ -233,17 +232,17 @@ def encode_records_cpu(
     records = torch.empty((n, record_nbytes(f, bits)), dtype=torch.uint8)  # every byte written
     if n == 0 or f == 0:
         return records.view(-1)
-    numba.set_num_threads(thread_count())
     feedback = residual is not None
-    _quantize_records(
-        X.detach().to(torch.float32).contiguous().numpy(),
-        residual.numpy() if feedback else np.zeros((1, 1), np.float32),
-        feedback,
-        bits,
-        bool(stochastic),
-        int(key),
-        records.numpy(),
-    )
+    with numba_launch(chunksize=None):
+        _quantize_records(
+            X.detach().to(torch.float32).contiguous().numpy(),
+            residual.numpy() if feedback else np.zeros((1, 1), np.float32),
+            feedback,
+            bits,
+            bool(stochastic),
+            int(key),
+            records.numpy(),
+        )
     return records.view(-1)
 
 
@@ -252,8 +251,8 @@ def decode_records_cpu(buf: torch.Tensor, n: int, f: int, bits: int) -> torch.Te
     out = torch.empty((n, f), dtype=torch.float32)
     if n == 0 or f == 0:
         return out
-    numba.set_num_threads(thread_count())
-    _dequantize_records(buf.reshape(n, record_nbytes(f, bits)).numpy(), bits, out.numpy())
+    with numba_launch(chunksize=None):
+        _dequantize_records(buf.reshape(n, record_nbytes(f, bits)).numpy(), bits, out.numpy())
     return out
 
 
@@ -263,12 +262,12 @@ def dequantize_cpu(q: QuantizedRows) -> torch.Tensor:
     out = torch.empty((n, f), dtype=torch.float32)
     if n == 0 or f == 0:
         return out
-    numba.set_num_threads(thread_count())
-    _dequantize_rows(
-        q.packed.contiguous().numpy(),
-        q.row_min.to(torch.float32).contiguous().numpy(),
-        q.row_scale.to(torch.float32).contiguous().numpy(),
-        q.bits,
-        out.numpy(),
-    )
+    with numba_launch(chunksize=None):
+        _dequantize_rows(
+            q.packed.contiguous().numpy(),
+            q.row_min.to(torch.float32).contiguous().numpy(),
+            q.row_scale.to(torch.float32).contiguous().numpy(),
+            q.bits,
+            out.numpy(),
+        )
     return out

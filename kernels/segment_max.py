@@ -25,7 +25,7 @@ import numba
 import numpy as np
 import torch
 
-from fullgraph.kernels.backend import select_backend
+from fullgraph.kernels.backend import numba_or_torch
 from fullgraph.kernels.csr import CSRMatrix
 
 
@@ -93,15 +93,6 @@ def segment_max_torch(
     return out, arg.to(arg_dtype)
 
 
-def _backend(device: torch.device, dtype: torch.dtype) -> str:
-    """``numba`` for float32 / float64 CPU tensors (unless ``FULLGRAPH_KERNEL`` says otherwise),
-    else ``torch``."""
-    name = select_backend(device, "segment_max")
-    if name == "cpu" and dtype in (torch.float32, torch.float64):
-        return "numba"
-    return "torch"
-
-
 class SegmentMax(torch.autograd.Function):
     """Autograd of :func:`segment_max`; saves the argmax only."""
 
@@ -109,7 +100,8 @@ class SegmentMax(torch.autograd.Function):
     def forward(ctx: Any, h: torch.Tensor, a: CSRMatrix, key: torch.Tensor) -> torch.Tensor:
         """The row maxima, a new tensor [a.num_rows, width] (see :func:`segment_max`)."""
         arg_dtype = torch.int32 if h.shape[0] < 2**31 else torch.int64
-        run = segment_max_numba if _backend(h.device, h.dtype) == "numba" else segment_max_torch
+        backend = numba_or_torch(h.device, h.dtype, "segment_max")
+        run = segment_max_numba if backend == "numba" else segment_max_torch
         out, arg = run(a, h, key, arg_dtype)
         ctx.save_for_backward(arg)
         ctx.num_src = int(h.shape[0])

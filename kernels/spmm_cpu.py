@@ -27,6 +27,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from fullgraph.errors import ConfigError
+from fullgraph.kernels.cpu_launch import numba_launch, row_ranges
 from fullgraph.kernels.csr import CSRMatrix
 
 #: The CPU implementation ``spmm`` uses unless ``FULLGRAPH_CPU_SPMM`` names another: FBGEMM's
@@ -36,8 +37,6 @@ CPU_IMPLS = ("numba", "embedding_bag")
 CPU_IMPL_ENV = "FULLGRAPH_CPU_SPMM"
 #: How many non-zeros ahead the numba kernel prefetches the gathered row (all its cache lines).
 PREFETCH_DISTANCE = 16
-#: Row ranges per thread, handed out dynamically (a busy core then delays less than 1/threads).
-RANGES_PER_THREAD = 8
 
 
 @intrinsic
@@ -181,8 +180,6 @@ def spmm_numba_exact(
     Returns:
         float32 [A.num_rows, F]; the rows sent to ``partial`` are left unset.
     """
-    threads = thread_count()
-    numba.set_num_threads(threads)
     nf = X.shape[1]
     out = torch.empty((A.num_rows, nf), dtype=torch.float32)
     if A.num_rows == 0 or nf == 0:
@@ -190,42 +187,13 @@ def spmm_numba_exact(
     indptr = A.indptr.numpy()
     has_values = A.values is not None
     values = A.values.numpy() if has_values else np.empty(0, np.float32)
-    bounds = balanced_row_ranges(indptr, threads * RANGES_PER_THREAD if threads > 1 else 1)
     x16 = X.contiguous().view(torch.int16).numpy().view(np.uint16)
-    previous_chunk = numba.set_parallel_chunksize(1)
-    try:
+    with numba_launch() as threads:
         _spmm_rows_bf16_exact(
-            indptr, A.indices.numpy(), values, has_values, x16, out.numpy(), bounds,
-            slot.numpy(), partial.numpy(),
+            indptr, A.indices.numpy(), values, has_values, x16, out.numpy(),
+            row_ranges(indptr, threads), slot.numpy(), partial.numpy(),
         )  # fmt: skip
-    finally:
-        numba.set_parallel_chunksize(previous_chunk)
     return out
-
-
-def thread_count() -> int:
-    """Threads the numba kernel uses: torch's setting, capped by numba's pool size."""
-    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-
-
-def balanced_row_ranges(indptr: np.ndarray, parts: int) -> np.ndarray:
-    """Split rows into ``parts`` consecutive ranges with about equal non-zeros.
-
-    Args:
-        indptr: int64 [num_rows + 1].
-        parts: number of ranges.
-
-    Returns:
-        int64 [parts + 1] row boundaries (first 0, last num_rows).
-    """
-    nnz = int(indptr[-1])
-    num_rows = indptr.shape[0] - 1
-    # Weight rows by nnz + 1 so that runs of empty rows are spread too.
-    targets = np.linspace(0, nnz + num_rows, parts + 1)
-    work = indptr + np.arange(num_rows + 1, dtype=np.int64)
-    bounds = np.searchsorted(work, targets).astype(np.int64)
-    bounds[0], bounds[-1] = 0, num_rows
-    return np.maximum.accumulate(bounds)
 
 
 def spmm_numba(
@@ -248,8 +216,6 @@ def spmm_numba(
     Returns:
         ``A @ X``, [A.num_rows, F], dtype ``out_dtype`` or that of ``X``.
     """
-    threads = thread_count()
-    numba.set_num_threads(threads)
     nf = X.shape[1]
     bf16 = X.dtype == torch.bfloat16
     acc_dtype = torch.float32 if X.dtype in (torch.bfloat16, torch.float16) else X.dtype
@@ -264,10 +230,9 @@ def spmm_numba(
     indices = A.indices.numpy()
     has_values = A.values is not None
     values = A.values.numpy() if has_values else np.empty(0, np.float32)
-    bounds = balanced_row_ranges(indptr, threads * RANGES_PER_THREAD if threads > 1 else 1)
     Xc = X.contiguous()
-    previous_chunk = numba.set_parallel_chunksize(1)
-    try:
+    with numba_launch() as threads:
+        bounds = row_ranges(indptr, threads)
         if bf16:
             x16 = Xc.view(torch.int16).numpy().view(np.uint16)
             _spmm_rows_bf16(indptr, indices, values, has_values, x16, out.numpy(), bounds)
@@ -275,8 +240,6 @@ def spmm_numba(
         if X.dtype == torch.float16:
             Xc = Xc.to(torch.float32)
         _spmm_rows(indptr, indices, values, has_values, Xc.numpy(), out.numpy(), bounds)
-    finally:
-        numba.set_parallel_chunksize(previous_chunk)
     return out if out.dtype == final else out.to(final)
 
 
@@ -299,15 +262,12 @@ def spmm_add_numba(
     """
     if A.nnz == 0 or X.shape[1] == 0:
         return out
-    threads = thread_count()
-    numba.set_num_threads(threads)
     indptr = A.indptr.numpy()
     has_values = A.values is not None
     values = A.values.numpy() if has_values else np.empty(0, np.float32)
-    bounds = balanced_row_ranges(indptr, threads * RANGES_PER_THREAD if threads > 1 else 1)
-    previous_chunk = numba.set_parallel_chunksize(1)
-    try:
-        rowmap = None if rows is None else rows.numpy()
+    rowmap = None if rows is None else rows.numpy()
+    with numba_launch() as threads:
+        bounds = row_ranges(indptr, threads)
         if X.dtype == torch.bfloat16:
             x16 = X.contiguous().view(torch.int16).numpy().view(np.uint16)
             args = (indptr, A.indices.numpy(), values, has_values, x16, out.numpy(), bounds)
@@ -316,8 +276,6 @@ def spmm_add_numba(
             xc = X.contiguous().numpy()
             args = (indptr, A.indices.numpy(), values, has_values, xc, out.numpy(), bounds)
             _spmm_rows(*args, True, rowmap)
-    finally:
-        numba.set_parallel_chunksize(previous_chunk)
     return out
 
 

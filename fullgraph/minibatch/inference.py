@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from fullgraph.distributed.communicator import Communicator
-from fullgraph.kernels.spmm_cpu import balanced_row_ranges, thread_count
+from fullgraph.kernels.cpu_launch import numba_launch, row_ranges
 from fullgraph.models.gnn import GNN
 
 #: Values (rows x width) of one broadcast chunk, and of one block of the dense transforms.
@@ -170,30 +170,29 @@ def _neighbour_sums(
     Returns:
         float32 [hi - lo, width].
     """
-    numba.set_num_threads(thread_count())
-    threads = numba.get_num_threads()
-    bounds = balanced_row_ranges(op.indptr - op.indptr[0], threads * 4 if threads > 1 else 1)
-    out = np.zeros((op.num_rows, width), dtype=np.float32)
-    cursor = op.indptr[:-1].copy()
-    n = op.num_nodes
-    if everywhere is not None:
-        _accumulate(op.indptr, op.indices, cursor, n, 0, op.weights, everywhere, out, bounds)
+    with numba_launch(chunksize=None) as threads:
+        bounds = row_ranges(op.indptr - op.indptr[0], threads, per_thread=4)
+        out = np.zeros((op.num_rows, width), dtype=np.float32)
+        cursor = op.indptr[:-1].copy()
+        n = op.num_nodes
+        if everywhere is not None:
+            _accumulate(op.indptr, op.indices, cursor, n, 0, op.weights, everywhere, out, bounds)
+            return out
+        step = chunk_rows or max(1, CHUNK_VALUES // max(width, 1))
+        buf = np.empty((min(step, n), width), dtype=np.float32)
+        for q in range(comm.size):
+            qlo, qhi = row_range(n, q, comm.size)
+            for c0 in range(qlo, qhi, step):
+                c1 = min(c0 + step, qhi)
+                if q == comm.rank:
+                    src = np.ascontiguousarray(mine[c0 - op.lo : c1 - op.lo])
+                    comm.bytes_sent["eval"] += (comm.size - 1) * src.nbytes
+                else:
+                    src = buf[: c1 - c0]
+                if comm.size > 1:
+                    comm.broadcast_(torch.from_numpy(src), root=q)
+                _accumulate(op.indptr, op.indices, cursor, c1, c0, op.weights, src, out, bounds)
         return out
-    step = chunk_rows or max(1, CHUNK_VALUES // max(width, 1))
-    buf = np.empty((min(step, n), width), dtype=np.float32)
-    for q in range(comm.size):
-        qlo, qhi = row_range(n, q, comm.size)
-        for c0 in range(qlo, qhi, step):
-            c1 = min(c0 + step, qhi)
-            if q == comm.rank:
-                src = np.ascontiguousarray(mine[c0 - op.lo : c1 - op.lo])
-                comm.bytes_sent["eval"] += (comm.size - 1) * src.nbytes
-            else:
-                src = buf[: c1 - c0]
-            if comm.size > 1:
-                comm.broadcast_(torch.from_numpy(src), root=q)
-            _accumulate(op.indptr, op.indices, cursor, c1, c0, op.weights, src, out, bounds)
-    return out
 
 
 @torch.no_grad()
