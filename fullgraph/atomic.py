@@ -161,8 +161,9 @@ def _relations(a: Path, b: Path) -> set[str]:
     """How ``a`` lies to ``b``: ``same``, ``inside`` (``a`` in ``b``) or ``holds`` (``b`` in
     ``a``), as written (absolute) or with symbolic links resolved: either counts."""
     found = set()
-    for x, y in ((Path(os.path.abspath(a)), Path(os.path.abspath(b))),
-                 (Path(os.path.realpath(a)), Path(os.path.realpath(b)))):  # fmt: skip
+    as_written = (Path(os.path.abspath(a)), Path(os.path.abspath(b)))
+    resolved = (Path(os.path.realpath(a)), Path(os.path.realpath(b)))
+    for x, y in (as_written, resolved):
         if x == y:
             found.add("same")
         elif y in x.parents:

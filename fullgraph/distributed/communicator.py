@@ -27,12 +27,15 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from fullgraph.errors import ConfigError, PeerUnreachable
+
+if TYPE_CHECKING:
+    from fullgraph.distributed.network import PeerProbe
 
 
 class PendingExchange:
@@ -95,7 +98,7 @@ class Communicator:
         self.bytes_sent: dict[str, int] = defaultdict(int)
         self.wait_s: dict[str, float] = defaultdict(float)
         self.device = torch.device("cpu")
-        self.probe: Any = None
+        self.probe: PeerProbe | None = None
 
     # -- hooks the transports override -------------------------------------------------------
     def _alltoallv(

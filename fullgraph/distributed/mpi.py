@@ -12,7 +12,8 @@ import pickle
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,8 +21,11 @@ import torch
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.watchdog import phase
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
-def init_mpi(timeout_s: float | None = None) -> Any:
+
+def init_mpi(timeout_s: float | None = None) -> ModuleType:
     """mpi4py's ``MPI`` module, with MPI initialised in a way the watchdog can bound.
 
     mpi4py's own initialisation (at import) holds the GIL while ``MPI_Init`` waits for every
@@ -64,7 +68,7 @@ def init_mpi(timeout_s: float | None = None) -> Any:
     return MPI
 
 
-def wait_request(request: Any, timeout_s: float, what: str) -> None:
+def wait_request(request: MPI.Request, timeout_s: float, what: str) -> None:
     """Drive an MPI request to completion; raise :class:`TimeoutError` after ``timeout_s``.
 
     MPI moves large messages only while a rank calls into it (no progress thread), so this

@@ -32,7 +32,6 @@ import struct
 import time
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 _SIOCGIFFLAGS, _SIOCGIFADDR, _SIOCGIFNETMASK = 0x8913, 0x8915, 0x891B
 _IFF_UP, _IFF_LOOPBACK = 0x1, 0x8
@@ -230,7 +229,7 @@ class PeerProbe:
         which names the node in messages)."""
         return self.interfaces, self.port, self.host
 
-    def set_peers(self, endpoints: Sequence[tuple[Any, ...]], rank: int) -> None:
+    def set_peers(self, endpoints: Sequence[tuple[list[Interface], int, str]], rank: int) -> None:
         """Record every rank's endpoint (from an all-gather); this rank's own is skipped."""
         self._peers = {
             r: (reachable_address(e[0], self.interfaces), e[1])

@@ -24,6 +24,7 @@ backend's ``all_reduce``: the base class adds in rank order over ``all_to_all_si
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import socket
@@ -110,7 +111,9 @@ class TorchCommunicator(Communicator):
                 raise self._setup_error(f"{backend} could not connect every rank", exc) from None
 
     # -- set-up ------------------------------------------------------------------------------
-    def _rendezvous(self, info: LaunchInfo, deadline: float) -> tuple[Any, str, int]:
+    def _rendezvous(
+        self, info: LaunchInfo, deadline: float
+    ) -> tuple[torch.distributed.TCPStore, str, int]:
         """The store every rank shares, and the address and port it is reached at."""
         dist, left = self._dist, timedelta(seconds=max(1.0, deadline - time.monotonic()))
         # torchrun's MASTER_ADDR:MASTER_PORT, or srun without a PMI: the step's first node.
@@ -152,8 +155,9 @@ class TorchCommunicator(Communicator):
         if info.rank == 0:
             host = rendezvous_address(per_rank, resolve(socket.gethostname()))
             with _cpp_errors_quiet():
-                store = dist.TCPStore("0.0.0.0", 0, info.size, True, timeout=left,
-                                      wait_for_workers=False)  # fmt: skip
+                store = dist.TCPStore(
+                    "0.0.0.0", 0, info.size, True, timeout=left, wait_for_workers=False
+                )
             chosen = (host, int(store.port))
         host, port = boot.allgather_object(chosen)[0]
         if store is None:
@@ -167,7 +171,7 @@ class TorchCommunicator(Communicator):
                 ) from None
         return store, host, port
 
-    def _join(self, store: Any, host: str, port: int, deadline: float) -> None:
+    def _join(self, store: torch.distributed.Store, host: str, port: int, deadline: float) -> None:
         """Register this rank's probe endpoint; wait for every rank's; name those missing."""
         probe = PeerProbe()
         prefix = f"fullgraph/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/peer/"
@@ -294,11 +298,9 @@ class TorchCommunicator(Communicator):
         super().close()
 
 
-def _c10_log_level() -> Any | None:
+def _c10_log_level() -> ctypes.c_int | None:
     """c10's ``FLAGS_caffe2_log_level`` (the level ``TORCH_CPP_LOG_LEVEL`` sets at import), as
     a ctypes int, or ``None`` where libc10 does not export it."""
-    import ctypes
-
     try:
         lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
         return ctypes.c_int.in_dll(lib, "FLAGS_caffe2_log_level")

@@ -82,8 +82,9 @@ class MinibatchConfig(InputDropoutConfig, Config):
     eval_every: int = option(1, "evaluate every N epochs", check=POSITIVE_INT)
     metric: str = option("auto", METRIC_HELP, choices=METRIC_CHOICES)
     seed: int = option(0, "seed of weights, batches and sampling", check=SEED)
-    precision: str = option("32", PRECISION_HELP, check=check_precision,
-                            metavar="{32,bf16-mixed,auto}")  # fmt: skip
+    precision: str = option(
+        "32", PRECISION_HELP, check=check_precision, metavar="{32,bf16-mixed,auto}"
+    )
 
     def model_config(self) -> TrainConfig:
         """The :class:`~fullgraph.training.config.TrainConfig` of the same GraphSAGE (mean)

@@ -16,10 +16,11 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
+from fullgraph.distributed.communicator import Communicator
 from fullgraph.errors import TrainingDiverged, mark_replicated
 from fullgraph.metrics import METRICS
 from fullgraph.resources import peak_rss_mb
@@ -54,7 +55,7 @@ def check_finite(reduced: torch.Tensor, epoch: int, what: str = "epoch") -> None
 
 
 def reduce_gradients(
-    params: list[torch.nn.Parameter], loss: torch.Tensor, comm: Any, epoch: int, what: str
+    params: list[torch.nn.Parameter], loss: torch.Tensor, comm: Communicator, epoch: int, what: str
 ) -> float:
     """Sum every rank's gradients and loss in one all-reduce, in place; the global loss.
 
@@ -79,7 +80,7 @@ def reduce_gradients(
 
 
 def accuracies(
-    pred: torch.Tensor, y: torch.Tensor, masks: dict[str, torch.Tensor], comm: Any
+    pred: torch.Tensor, y: torch.Tensor, masks: dict[str, torch.Tensor], comm: Communicator
 ) -> dict[str, float]:
     """Train / val / test accuracy over all ranks from this rank's predictions.
 
@@ -126,7 +127,7 @@ class EpochLoop:
     and :meth:`final_extra` (its own fields).
     """
 
-    comm: Any
+    comm: Communicator
     epochs: int
     eval_every: int
     quiet: bool = False
@@ -175,8 +176,15 @@ class EpochLoop:
         return {}
 
     # -- the skeleton ------------------------------------------------------------------------
-    def epoch_record(self, epoch: int, stats: EpochStats, acc: dict, eval_s: float,
-                     bytes0: int, halo0: int) -> dict[str, Any]:  # fmt: skip
+    def epoch_record(
+        self,
+        epoch: int,
+        stats: EpochStats,
+        acc: dict[str, float],
+        eval_s: float,
+        bytes0: int,
+        halo0: int,
+    ) -> dict[str, Any]:
         """The epoch's record (one all-reduce): bytes and samples summed over ranks, and times.
 
         ``epoch_s`` is the slowest rank's epoch (the maximum over ranks); ``slowest_rank`` is
@@ -215,7 +223,7 @@ class EpochLoop:
             rec["slowest_codec_s"] = split["codec_s"]
         return rec
 
-    def fit(self, log: Any | None = None) -> dict[str, Any]:
+    def fit(self, log: TextIO | None = None) -> dict[str, Any]:
         """Run the epochs; rank 0 prints a line per epoch and writes JSON lines to ``log``.
 
         The process's first epoch (``start_epoch``: 1, or the one after a resumed checkpoint)

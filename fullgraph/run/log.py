@@ -7,13 +7,13 @@ epoch_record`), so its parts add up to the epoch time it follows.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TextIO
 
 from fullgraph.errors import no_room
 from fullgraph.metrics import METRICS
 
 
-def append_record(rec: dict[str, Any], log: Any) -> None:
+def append_record(rec: dict[str, Any], log: TextIO) -> None:
     """Append ``rec`` to the open JSON-lines ``log`` as one line, flushed.
 
     Raises:
@@ -30,7 +30,7 @@ def append_record(rec: dict[str, Any], log: Any) -> None:
         raise full from None
 
 
-def write_epoch(rec: dict[str, Any], log: Any | None, quiet: bool) -> None:
+def write_epoch(rec: dict[str, Any], log: TextIO | None, quiet: bool) -> None:
     """Append ``rec`` to the JSONL ``log`` (flushed) and print its one-line summary."""
     if log is not None:
         append_record(rec, log)
