@@ -146,8 +146,6 @@ class PartGraph:
         kind: str,
         like: torch.Tensor,
         *,
-        edge_weight: bool = False,
-        improved: bool = False,
         options: LayerOptions | None = None,
     ) -> GraphContext:
         """The context of layer kind ``kind`` for inputs like ``like`` (device and dtype).
@@ -157,17 +155,16 @@ class PartGraph:
                 the ``gin`` kind, is the plain sum over every node's incoming neighbours:
                 ``GINConv``, ``SAGEConv(aggr="sum")``).
             like: an input of the layer; its device and floating dtype are used.
-            edge_weight: ``gcn``: weigh the edges with the part's edge weights.
-            improved: ``gcn``: self-loop fill 2.
             options: the layer options (``aggr``: ``sage`` / ``graphconv``'s aggregation; with
-                ``max`` the context holds the edges and local global ids, no operator).
+                ``max`` the context holds the edges and local global ids, no operator;
+                ``edge_weight``, ``improved``: ``gcn``'s weights and self-loop fill).
 
         Returns:
             The operator (values in ``like``'s dtype), the halo plan and the dropout ids, built
             by the rank assembler of ``fullgraph train``
             (:func:`~fullgraph.training.assembly.rank_context`).
         """
-        key = (kind, like.device, like.dtype, edge_weight, improved, options)
+        key = (kind, like.device, like.dtype, options)
         if key not in self._contexts:
             self._contexts[key] = rank_context(
                 self.part,
@@ -176,8 +173,6 @@ class PartGraph:
                 self.seed,
                 like.device,
                 like.dtype,
-                edge_weight=edge_weight,
-                improved=improved,
                 options=options,
             )
         return self._contexts[key]

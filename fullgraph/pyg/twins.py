@@ -51,20 +51,18 @@ def _context(
     edge_index: Any,
     *,
     options: LayerOptions | None = None,
-    weighted: bool = False,
-    improved: bool = False,
     unweighted_adj: bool = False,
     **unused: Any,
 ) -> GraphContext:
     """The context of ``twin``'s part after checking the call (rows, edge_index, options);
-    ``options`` are the layer options of ``kind`` (:data:`MAX`: the maximum's context),
-    ``weighted`` and ``improved`` the ``gcn`` operator's (:meth:`PartGraph.context`'s
+    ``options`` are the layer options of ``kind`` (:data:`MAX`: the maximum's context; ``gcn``'s
     ``edge_weight`` and ``improved``); ``unused`` the call's arguments the twin refuses.
     ``edge_index`` is ``data.edge_index`` or ``data.adj_t``; a weighted ``adj_t`` is refused
-    unless the layer takes the weights (``weighted``) or PyG's layer ignores them
+    unless the layer takes the weights (``options.edge_weight``) or PyG's layer ignores them
     (``unweighted_adj``: ``GATConv``)."""
     name = type(twin).__name__
     part: PartGraph = twin._part
+    weighted = options is not None and options.edge_weight
     if edge_index is part.adj_t:
         if part.adj_t.weighted and not (weighted or unweighted_adj):
             error = ConfigError(
@@ -83,7 +81,7 @@ def _context(
     if given:
         raise ConfigError(f"{name}: {', '.join(given)} is not supported by the distributed layer")
     part.check_rows(x, name)
-    return part.context(kind, x, options=options, edge_weight=weighted, improved=improved)
+    return part.context(kind, x, options=options)
 
 
 #: The layer options of a context for the maximum over neighbours (edges and local global ids).
@@ -179,7 +177,8 @@ class GCNConvTwin(nn.Module):
         adj_t = edge_index is self._part.adj_t  # PyG: adj_t's values weigh, improved fills 2
         weighted = edge_weight is not None or (adj_t and self._part.adj_t.weighted)
         improved = self.improved and (weighted or adj_t or _improved_without_weights())
-        ctx = _context(self, "gcn", x, edge_index, weighted=weighted, improved=improved)
+        options = LayerOptions(edge_weight=weighted, improved=improved)
+        ctx = _context(self, "gcn", x, edge_index, options=options)
         return _aggregate_linear(ctx, x, self.lin.weight, self.bias)
 
     def extra_repr(self) -> str:

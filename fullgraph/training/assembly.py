@@ -1,7 +1,8 @@
 """Per-rank assembly: from a part on disk (or a whole graph) to what the model runs on.
 
 The one rank assembler: :func:`rank_context` turns a part into the
-:class:`~fullgraph.models.context.GraphContext` of a layer kind (operator split into inner and
+:class:`~fullgraph.models.context.GraphContext` of a layer kind under its layer options (the
+kind's own operator, :meth:`~fullgraph.models.layers.GraphLayer.operator`, split into inner and
 halo columns on the device, halo plan, dropout ids, and the edge structure for the kinds that
 weigh edges themselves); ``fullgraph train`` (:func:`assemble_rank`) and ``fullgraph.pyg``
 (:class:`~fullgraph.pyg.part_data.PartGraph`) both build their contexts with it.
@@ -19,7 +20,6 @@ The part can be one of a job's parts (:class:`fullgraph.partition.Partition`) or
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -34,20 +34,10 @@ from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.gnn import precompute_first_aggregate, sparse_features
 from fullgraph.models.layers import LayerOptions, layer_class
-from fullgraph.models.layers.gcn import weighted_gcn_operator
+from fullgraph.models.local_graph import as_tensor, local_csr
 from fullgraph.partition import Partition
 from fullgraph.precision import compute_dtype
 from fullgraph.training.config import TrainConfig, TrainData
-
-
-def as_tensor(a: Any, dtype: type[np.generic]) -> torch.Tensor:
-    """``a`` as a CPU tensor of ``dtype``, sharing its memory when ``a`` is a writable,
-    contiguous in-memory array of that dtype, else a copy (read-only memory maps are copied,
-    so nothing writes through to a part file)."""
-    arr = np.asarray(a)
-    if arr.dtype == dtype and arr.flags.writeable and arr.flags.c_contiguous:
-        return torch.from_numpy(arr)
-    return torch.from_numpy(np.array(arr, dtype=dtype))
 
 
 def part_tensors(part: Partition) -> dict[str, torch.Tensor]:
@@ -80,39 +70,26 @@ def _split_columns(a: CSRMatrix, num_inner: int) -> SplitOperator:
 
 
 def build_operator(
-    part: Partition,
-    model: str,
-    *,
-    edge_weight: bool = False,
-    improved: bool = False,
-    options: LayerOptions | None = None,
+    part: Partition, model: str, options: LayerOptions | None = None
 ) -> SplitOperator:
     """The aggregation operator of layer kind ``model`` on this rank's rows, split inner / halo.
 
     Args:
         part: a partition (one of a job's parts, or a whole graph).
         model: a layer kind (``gcn``: ``D^-1/2 (A + I) D^-1/2`` with GLOBAL degrees;
-            ``sage``: the mean over incoming neighbours).
-        edge_weight: ``gcn`` only: weigh the edges with the part's stored edge weights.
-        improved: ``gcn`` only: self-loop fill 2 (PyG ``improved=True``).
-        options: the layer options (``aggr`` picks SAGE's and GraphConv's operator).
+            ``sage``: the mean over incoming neighbours; ...).
+        options: the layer options (``aggr`` picks SAGE's and GraphConv's operator,
+            ``edge_weight`` and ``improved`` weigh GCN's).
 
     Returns:
         The :class:`~fullgraph.distributed.halo.SplitOperator`, rows = inner nodes.
 
     Raises:
-        ConfigError: edge weights asked for but the part has none, or asked of another kind.
+        ConfigError: the kind's (edge weights asked for but the part has none, ...).
     """
-    ni, nh = int(part.num_inner), int(part.num_halo)
-    base = CSRMatrix(
-        as_tensor(part.indptr, np.int64), as_tensor(part.indices, np.int64), None, ni + nh
-    )
-    if edge_weight or improved:
-        a = _weighted_gcn(part, base, model, edge_weight, improved)
-    else:
-        kind = layer_class(model).variant(options)
-        a = kind.operator(base, as_tensor(part.in_degree, np.int64), ni)
-    return _split_columns(a, ni)
+    options = options or LayerOptions()
+    a = layer_class(model).variant(options).operator(part, options)
+    return _split_columns(a, int(part.num_inner))
 
 
 def check_edge_weights(part: Partition, wanted_by: str, data: TrainData) -> None:
@@ -146,60 +123,6 @@ def check_edge_weights(part: Partition, wanted_by: str, data: TrainData) -> None
             f"with `fullgraph data synth --edge-weight` and give it as --dataset"
         )
     raise ConfigError(f"{wanted_by}: {problem}")
-
-
-def _weighted_gcn(
-    part: Partition, base: CSRMatrix, model: str, edge_weight: bool, improved: bool
-) -> CSRMatrix:
-    """The ``gcn`` operator with the part's edge weights and / or ``improved``."""
-    if model != "gcn":
-        raise ConfigError(f"edge weights and improved apply to the gcn kind only, not {model!r}")
-    if edge_weight and part.edge_weight is None:
-        raise ConfigError(
-            "edge weights were asked for but the partition stores none (partition a graph "
-            "with edge weights: an OGB-layout raw/edge_weight.csv.gz, or data.edge_weight)"
-        )
-    if edge_weight:
-        check_gcn_degrees(part, 2.0 if improved else 1.0)
-        weights = as_tensor(part.edge_weight, np.float32)
-        degree = as_tensor(part.in_weight, np.float64)
-    else:
-        weights, degree = None, as_tensor(part.in_degree, np.int64)
-    return weighted_gcn_operator(base, degree, int(part.num_inner), weights, improved)
-
-
-def check_gcn_degrees(part: Partition, fill: float) -> None:
-    """Refuse edge weights under which GCN's ``D^-1/2`` is not defined.
-
-    A node's GCN degree is its self-loop weight ``fill`` plus the weights of its incoming
-    edges; where that is 0 or less (negative weights, NaN), ``deg^-1/2`` is infinite or NaN and
-    the node's row would silently vanish (PyG's ``gcn_norm`` gives NaN). Negative weights as
-    such are data: a degree that stays positive is accepted.
-
-    Args:
-        part: the part (its ``in_weight``: GLOBAL weighted in-degrees of the local nodes).
-        fill: the self-loop weight (2 with ``improved``).
-
-    Raises:
-        ConfigError: one line: how many of the part's nodes, the first one's degree, how many
-            stored weights are negative.
-    """
-    if part.in_weight is None:  # no weights: the caller says which are missing
-        return
-    inner = np.asarray(part.in_weight[: part.num_inner], np.float64) + fill
-    bad = np.flatnonzero(~(inner > 0))
-    if bad.size == 0:
-        return
-    first, weights = int(bad[0]), np.asarray(part.edge_weight)
-    name = part.meta.get("dataset") or "the graph"
-    where = f"{name}'s" if part.num_parts == 1 else f"part {part.rank}'s"
-    raise ConfigError(
-        f"gcn with edge weights: {bad.size} of {where} {part.num_inner} nodes have a degree "
-        f"(self-loop {fill:g} + weighted in-degree) <= 0, where D^-1/2 is not defined (node "
-        f"{int(part.global_ids[first])}: {inner[first]:g}); {int((weights < 0).sum())} of its "
-        f"{weights.size} stored edge weights are negative: give weights that keep every degree "
-        f"positive, or use the graph unweighted (a model trained without --edge-weight)"
-    )
 
 
 @dataclass
@@ -241,8 +164,6 @@ def rank_context(
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
     *,
-    edge_weight: bool = False,
-    improved: bool = False,
     options: LayerOptions | None = None,
 ) -> GraphContext:
     """The context a rank runs layers of kind ``kind`` with (no collective).
@@ -254,10 +175,8 @@ def rank_context(
         seed: the run's seed (dropout streams).
         device: where the operator lives.
         dtype: the operator's value type (default: as built, float32).
-        edge_weight: ``gcn``: weigh the edges with the part's edge weights (see
-            :func:`build_operator`).
-        improved: ``gcn``: self-loop fill 2.
-        options: the layer options (``aggr``: SAGE's and GraphConv's aggregation).
+        options: the layer options (``aggr``: SAGE's and GraphConv's aggregation;
+            ``edge_weight``, ``improved``: GCN's weights; see :func:`build_operator`).
 
     Returns:
         The operator split into inner and halo columns, the plan, the global ids of the inner
@@ -265,7 +184,7 @@ def rank_context(
         CSR of incoming edges and the global ids of every local node.
     """
     device = torch.device(device)
-    op = build_operator(part, kind, edge_weight=edge_weight, improved=improved, options=options)
+    op = build_operator(part, kind, options)
 
     def place(a: CSRMatrix | None) -> CSRMatrix | None:
         if a is None:
@@ -282,12 +201,7 @@ def rank_context(
         seed=seed,
     )
     if needs_structure(kind, options):
-        ctx.structure = CSRMatrix(
-            as_tensor(part.indptr, np.int64).to(device),
-            as_tensor(part.indices, np.int64).to(device),
-            None,
-            int(part.num_inner) + int(part.num_halo),
-        )
+        ctx.structure = local_csr(part).to(device)
         ctx.local_global_ids = np.asarray(part.global_ids, dtype=np.int64)
     return ctx
 
@@ -307,8 +221,11 @@ def assemble_rank(
         The :class:`RankGraph`.
     """
     device = torch.device(device)
-    if config.edge_weight:  # refused alike on every rank (before any collective of the plan)
-        agree(comm, lambda: check_gcn_degrees(part, 2.0 if config.improved else 1.0))
+    options = config.layer_options()
+    kind = layer_class(config.model).variant(options)
+    check = kind.part_check(options)
+    if check is not None:  # refused alike on every rank (before any collective of the plan)
+        agree(comm, lambda: check(part))
     data = part_tensors(part)
     if config.normalize_features:
         data["x"] = _normalize_rows(data["x"], comm)
@@ -328,7 +245,6 @@ def assemble_rank(
         buffer_bytes=int(config.exchange_buffer_mb * 2**20),
         compression=compression,
     )
-    options = config.layer_options()
     plan.row_dtype = compute_dtype(config.precision)
     ctx = rank_context(
         part,
@@ -336,11 +252,8 @@ def assemble_rank(
         config.model,
         config.seed,
         device,
-        edge_weight=config.edge_weight,
-        improved=config.improved,
         options=options,
     )
-    kind = layer_class(config.model).variant(options)
     if config.prune == "auto" and kind.prunable and config.norm != "batch":
         ctx.train_graphs = prune_layers(ctx.op, plan, data["train"], config.layers)
     pre = config.precompute_first

@@ -31,7 +31,7 @@ from fullgraph.distributed.compression import CODECS
 from fullgraph.errors import ConfigError
 from fullgraph.metrics import METRIC_CHOICES
 from fullgraph.models.gnn import GNN
-from fullgraph.models.layers import LayerOptions, layer_class, layer_kinds
+from fullgraph.models.layers import LayerOptions, check_options, layer_kinds, option_names
 from fullgraph.models.layers.sage import AGGREGATIONS
 from fullgraph.models.norm import NORMS
 from fullgraph.precision import precision_option
@@ -208,25 +208,8 @@ class TrainConfig(InputDropoutConfig, Config):
 
     def check(self) -> None:
         """Rules between fields."""
-        for name in ("edge_weight", "improved"):
-            if getattr(self, name) and self.model != "gcn":
-                raise ConfigError(
-                    f"--{name.replace('_', '-')} applies to --model gcn only, not --model "
-                    f"{self.model}"
-                )
-        if self.model != "gat":
-            for name in ("heads", "output_heads", "attention_dropout"):
-                if getattr(self, name) is not None:
-                    raise ConfigError(
-                        f"--{name.replace('_', '-')} applies to --model gat only, not "
-                        f"--model {self.model}"
-                    )
-        if self.aggr is not None:
-            if not getattr(layer_class(self.model), "VARIANTS", None):
-                raise ConfigError(
-                    f"--aggr applies to --model sage and graphconv only, not --model {self.model}"
-                )
-            layer_class(self.model).variant(self.layer_options())
+        given = {name: getattr(self, name) for name in option_names()}
+        check_options(self.model, given, self.layer_options())
         if self.error_feedback and self.compress_fwd == self.compress_bwd == "none":
             raise ConfigError(
                 "--error-feedback needs --compress-fwd or --compress-bwd other than none"
@@ -243,6 +226,8 @@ class TrainConfig(InputDropoutConfig, Config):
         """The per-kind layer options, defaults resolved."""
         drop = self.dropout if self.attention_dropout is None else self.attention_dropout
         return LayerOptions(
+            edge_weight=self.edge_weight,
+            improved=self.improved,
             heads=self.heads or 1,
             output_heads=self.output_heads or 1,
             attention_dropout=drop,

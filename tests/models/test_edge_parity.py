@@ -28,6 +28,7 @@ from fullgraph.distributed import Communicator  # noqa: E402
 from fullgraph.distributed.halo import HaloPlan, SplitOperator  # noqa: E402
 from fullgraph.errors import ConfigError  # noqa: E402
 from fullgraph.models import GraphContext, layer_class  # noqa: E402
+from fullgraph.models.layers import LayerOptions  # noqa: E402
 from fullgraph.partition import whole_graph_part  # noqa: E402
 from fullgraph.training.assembly import build_operator  # noqa: E402
 
@@ -59,7 +60,7 @@ def test_gcn_kind_equals_pyg(hub: Graph, edge_weight, improved, widths) -> None:
     torch.manual_seed(0)
     d_in, d_out = widths
     part = whole_graph_part(hub)
-    op = build_operator(part, "gcn", edge_weight=edge_weight, improved=improved)
+    op = build_operator(part, "gcn", LayerOptions(edge_weight=edge_weight, improved=improved))
     ctx = GraphContext(
         op=SplitOperator(op.inner.with_values(op.inner.values.double()), None),
         plan=HaloPlan.from_partition(part, Communicator()),

@@ -1,10 +1,13 @@
-"""The base class of the layer kinds and the registry they enter by name."""
+"""The base class of the layer kinds, the registry they enter by name, and what a kind
+declares besides its maths: the options it takes (:attr:`GraphLayer.accepts`), its operator
+built from a part (:meth:`GraphLayer.operator`), its export to PyG (:class:`PygExport`) and how
+the memory model replays it (:attr:`GraphLayer.replay`, :attr:`GraphLayer.self_loops`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -12,6 +15,9 @@ from torch import nn
 
 from fullgraph.kernels import CSRMatrix, spmm
 from fullgraph.models.context import GraphContext
+
+if TYPE_CHECKING:
+    from fullgraph.partition import Partition
 
 #: Registered layer kinds by name.
 LAYERS: dict[str, type[GraphLayer]] = {}
@@ -25,9 +31,14 @@ def register_layer(cls: type[GraphLayer]) -> type[GraphLayer]:
 
 @dataclass(frozen=True)
 class LayerOptions:
-    """Options of the layer kinds that have them (the others ignore them).
+    """Options of the layer kinds that have them (the others ignore them; the options a kind
+    takes are its :attr:`GraphLayer.accepts`, :func:`~fullgraph.models.layers.check_options`
+    refuses the others on the command line).
 
     Attributes:
+        edge_weight: weigh the edges with the part's stored edge weights (GCN: global weighted
+            degrees).
+        improved: self-loop fill 2 (GCN; PyG ``improved=True``).
         heads: attention heads of the hidden layers (GAT; concatenated).
         output_heads: attention heads of the last layer (GAT; averaged).
         attention_dropout: drop probability of the attention coefficients (GAT).
@@ -35,10 +46,39 @@ class LayerOptions:
             ``None``: the kind's default (:meth:`GraphLayer.variant` resolves it).
     """
 
+    edge_weight: bool = False
+    improved: bool = False
     heads: int = 1
     output_heads: int = 1
     attention_dropout: float = 0.0
     aggr: str | None = None
+
+
+#: The init arguments of an exported model (:func:`fullgraph.training.export_pyg.init_args`).
+ExportArgs = Mapping[str, int | float | str | None]
+
+
+@dataclass(frozen=True)
+class PygExport:
+    """How a layer kind exports to PyG (:mod:`fullgraph.training.export_pyg`).
+
+    Attributes:
+        conv: PyG's layer, as ``FullgraphGNN`` builds it for the kind (``GCNConv``).
+        name: how an export names a model of the kind (``GraphSAGE``).
+        keys: PyG's ``state_dict`` key under ``convs.i.`` -> ours under ``layers.i.``.
+        basic_gnn: PyG's own model of these layers (``torch_geometric.nn.models.GCN``'s
+            ``GCN``), or ``None``: PyG has none.
+        basic_kwargs: the kind's own arguments of that model for the export's init args, or
+            ``None`` where it would not give the same logits; ``None``: no arguments.
+        not_exported: the kind's options an export cannot carry yet (refused, naming them).
+    """
+
+    conv: str
+    name: str
+    keys: Mapping[str, str]
+    basic_gnn: str | None = None
+    basic_kwargs: Callable[[ExportArgs], dict[str, int | str | bool] | None] | None = None
+    not_exported: tuple[str, ...] = ()
 
 
 class GraphLayer(nn.Module):
@@ -61,6 +101,14 @@ class GraphLayer(nn.Module):
             either order (the memory model reads it).
         row_mlp: after the body, a ReLU in place and a linear layer ``out -> out`` per row
             (GIN's MLP; the memory model reads it).
+        accepts: the :class:`LayerOptions` this kind takes (``--edge-weight``, ``--heads``...);
+            the command line refuses the others.
+        pyg: its export to PyG, or ``None``: it has no PyG layer.
+        replay: how the memory model replays the stack (:mod:`fullgraph.memory.model`):
+            ``linear`` (:func:`~fullgraph.models.graph_linear.graph_linear` on an operator),
+            ``attention`` (GAT) or ``max`` (the maximum over neighbours).
+        self_loops: the operator adds a self-loop to every row (GCN; the memory model replays
+            the loops, the normalisation and the sort by column they need).
     """
 
     kind: ClassVar[str] = ""
@@ -69,6 +117,10 @@ class GraphLayer(nn.Module):
     prunable: ClassVar[bool] = False
     root_term: ClassVar[bool] = False
     row_mlp: ClassVar[bool] = False
+    accepts: ClassVar[tuple[str, ...]] = ()
+    pyg: ClassVar[PygExport | None] = None
+    replay: ClassVar[str] = "linear"
+    self_loops: ClassVar[bool] = False
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
@@ -94,19 +146,27 @@ class GraphLayer(nn.Module):
         return cls
 
     @staticmethod
-    def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:
-        """The normalised aggregation operator of this kind.
+    def operator(part: Partition, options: LayerOptions) -> CSRMatrix:
+        """The normalised aggregation operator of this kind on the part's rows.
 
         Args:
-            base: the part's local CSR of incoming edges (rows = inner nodes, columns = local
-                ids, no values).
-            degree: GLOBAL in-degree of every local node, int64 [num_local].
-            num_inner: number of inner nodes (rows).
+            part: the part (its local CSR of incoming edges, :func:`~fullgraph.models.
+                local_graph.local_csr`, GLOBAL in-degrees, and stored edge values).
+            options: the layer options (the kind reads those it accepts).
 
         Returns:
-            The operator with its values, rows = inner nodes.
+            The operator with its values, rows = inner nodes, columns = local ids.
+
+        Raises:
+            ConfigError: ``options`` ask for what the part does not hold.
         """
         raise NotImplementedError
+
+    @staticmethod
+    def part_check(options: LayerOptions) -> Callable[[Partition], None] | None:
+        """The check of a part this kind makes under ``options`` before training starts (on
+        every rank, agreed before any collective of the set-up), or ``None``: none."""
+        return None
 
     def forward(
         self,

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -46,8 +47,19 @@ from fullgraph.kernels.attention_dropout import attention_keys
 from fullgraph.kernels.attention_graph import AttentionGraph
 from fullgraph.kernels.edge_attention import edge_attention
 from fullgraph.models.context import GraphContext
-from fullgraph.models.layers.base import GraphLayer, LayerOptions, register_layer, times_weight
+from fullgraph.models.layers.base import (
+    ExportArgs,
+    GraphLayer,
+    LayerOptions,
+    PygExport,
+    register_layer,
+    times_weight,
+)
+from fullgraph.models.local_graph import local_csr, no_operator
 from fullgraph.models.mixed_linear import mixed_linear
+
+if TYPE_CHECKING:
+    from fullgraph.partition import Partition
 
 #: LeakyReLU's negative slope of the attention scores (PyG's default).
 NEGATIVE_SLOPE = 0.2
@@ -58,6 +70,18 @@ def _glorot_(t: torch.Tensor) -> None:
     bound = math.sqrt(6.0 / (t.size(-2) + t.size(-1)))
     with torch.no_grad():
         t.uniform_(-bound, bound)
+
+
+def _gat_kwargs(args: ExportArgs) -> dict[str, int | str | bool] | None:
+    """PyG's ``GAT``: one head count for every layer, its ``hidden_channels`` counting all the
+    heads; none when the last layer has other heads than the hidden ones."""
+    heads, out = args["output_heads"], {}
+    if args["num_layers"] > 1:
+        if args["heads"] != heads:
+            return None
+        out["hidden_channels"] = args["hidden_channels"] * heads  # PyG: all heads
+    out["heads"] = heads
+    return out
 
 
 @register_layer
@@ -83,6 +107,16 @@ class GATLayer(GraphLayer):
 
     kind = "gat"
     precomputable = False
+    accepts = ("heads", "output_heads", "attention_dropout")
+    pyg = PygExport(
+        conv="GATConv",
+        name="GAT",
+        keys={"lin.weight": "lin.weight", "att_src": "att_src", "att_dst": "att_dst",
+              "bias": "bias"},
+        basic_gnn="GAT",
+        basic_kwargs=_gat_kwargs,
+    )  # fmt: skip
+    replay = "attention"
 
     def __init__(
         self,
@@ -126,15 +160,10 @@ class GATLayer(GraphLayer):
         )
 
     @staticmethod
-    def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:
+    def operator(part: Partition, options: LayerOptions) -> CSRMatrix:
         """No fixed operator: attention weighs the edges of ``ctx.structure`` itself, so an
         empty matrix (rows = inner nodes, no entries) stands in for it."""
-        return CSRMatrix(
-            torch.zeros(num_inner + 1, dtype=torch.int64),
-            torch.zeros(0, dtype=torch.int64),
-            None,
-            base.num_cols,
-        )
+        return no_operator(local_csr(part), int(part.num_inner))
 
     @property
     def exchanges_input(self) -> bool:

@@ -9,20 +9,29 @@ With edge weights and / or ``improved`` (:func:`weighted_gcn_operator`; PyG's ``
 the WHOLE graph. A part stores every edge with its target's owner, so the inner rows' weights are
 local; the source (column) degrees of halo nodes come from the part's ``in_weight`` (the global
 weighted in-degree of every local node, written at partition time), so no set-up exchange is
-needed.
+needed. Both are layer options (``--edge-weight``, ``--improved``: :attr:`GCNLayer.accepts`);
+an export to PyG does not carry them yet.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch import nn
 
+from fullgraph.errors import ConfigError
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.graph_linear import graph_linear
-from fullgraph.models.layers.base import GraphLayer, register_layer
+from fullgraph.models.layers.base import GraphLayer, LayerOptions, PygExport, register_layer
+from fullgraph.models.local_graph import as_tensor, in_degree, local_csr
+
+if TYPE_CHECKING:
+    from fullgraph.partition import Partition
 
 
 def weighted_gcn_operator(
@@ -59,6 +68,45 @@ def weighted_gcn_operator(
     return a.with_values(inv[a.row_of_entry()] * w * inv[a.indices.to(torch.int64)])
 
 
+def check_degrees(part: Partition, fill: float) -> None:
+    """Refuse edge weights under which GCN's ``D^-1/2`` is not defined.
+
+    A node's GCN degree is its self-loop weight ``fill`` plus the weights of its incoming
+    edges; where that is 0 or less (negative weights, NaN), ``deg^-1/2`` is infinite or NaN and
+    the node's row would silently vanish (PyG's ``gcn_norm`` gives NaN). Negative weights as
+    such are data: a degree that stays positive is accepted.
+
+    Args:
+        part: the part (its ``in_weight``: GLOBAL weighted in-degrees of the local nodes).
+        fill: the self-loop weight (2 with ``improved``).
+
+    Raises:
+        ConfigError: one line: how many of the part's nodes, the first one's degree, how many
+            stored weights are negative.
+    """
+    if part.in_weight is None:  # no weights: the caller says which are missing
+        return
+    inner = np.asarray(part.in_weight[: part.num_inner], np.float64) + fill
+    bad = np.flatnonzero(~(inner > 0))
+    if bad.size == 0:
+        return
+    first, weights = int(bad[0]), np.asarray(part.edge_weight)
+    name = part.meta.get("dataset") or "the graph"
+    where = f"{name}'s" if part.num_parts == 1 else f"part {part.rank}'s"
+    raise ConfigError(
+        f"gcn with edge weights: {bad.size} of {where} {part.num_inner} nodes have a degree "
+        f"(self-loop {fill:g} + weighted in-degree) <= 0, where D^-1/2 is not defined (node "
+        f"{int(part.global_ids[first])}: {inner[first]:g}); {int((weights < 0).sum())} of its "
+        f"{weights.size} stored edge weights are negative: give weights that keep every degree "
+        f"positive, or use the graph unweighted (a model trained without --edge-weight)"
+    )
+
+
+def _fill(options: LayerOptions) -> float:
+    """The self-loop weight: 2 with ``improved``, else 1."""
+    return 2.0 if options.improved else 1.0
+
+
 @register_layer
 class GCNLayer(GraphLayer):
     """``Â (H W) + b`` with ``Â = D^-1/2 (A + I) D^-1/2``.
@@ -74,6 +122,15 @@ class GCNLayer(GraphLayer):
     kind = "gcn"
     fresh_input_grad = True
     prunable = True
+    accepts = ("edge_weight", "improved")
+    self_loops = True
+    pyg = PygExport(
+        conv="GCNConv",
+        name="GCN",
+        keys={"lin.weight": "lin.weight", "bias": "lin.bias"},
+        basic_gnn="GCN",
+        not_exported=("edge_weight", "improved"),  # FullgraphGNN builds plain GCNConv layers
+    )
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__(in_dim, out_dim)
@@ -82,10 +139,36 @@ class GCNLayer(GraphLayer):
         nn.init.zeros_(self.lin.bias)
 
     @staticmethod
-    def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:
-        """``D^-1/2 (A + I) D^-1/2`` over the rank's rows (global degrees + 1)."""
-        deg = degree + 1
-        return base.with_self_loops().gcn_normalized(deg[:num_inner], deg)
+    def operator(part: Partition, options: LayerOptions) -> CSRMatrix:
+        """``D^-1/2 (A + I) D^-1/2`` over the rank's rows (global degrees + 1); with
+        ``options.edge_weight`` and / or ``improved``, :func:`weighted_gcn_operator`.
+
+        Raises:
+            ConfigError: edge weights asked for but the part stores none, or weights that
+                leave a degree <= 0 (:func:`check_degrees`).
+        """
+        base, ni = local_csr(part), int(part.num_inner)
+        if not (options.edge_weight or options.improved):
+            deg = in_degree(part) + 1
+            return base.with_self_loops().gcn_normalized(deg[:ni], deg)
+        if not options.edge_weight:
+            return weighted_gcn_operator(base, in_degree(part), ni, None, options.improved)
+        if part.edge_weight is None:
+            raise ConfigError(
+                "edge weights were asked for but the partition stores none (partition a graph "
+                "with edge weights: an OGB-layout raw/edge_weight.csv.gz, or data.edge_weight)"
+            )
+        check_degrees(part, _fill(options))
+        weights = as_tensor(part.edge_weight, np.float32)
+        degree = as_tensor(part.in_weight, np.float64)
+        return weighted_gcn_operator(base, degree, ni, weights, options.improved)
+
+    @staticmethod
+    def part_check(options: LayerOptions) -> Callable[[Partition], None] | None:
+        """With edge weights: every degree of the part above 0 (:func:`check_degrees`)."""
+        if not options.edge_weight:
+            return None
+        return functools.partial(check_degrees, fill=_fill(options))
 
     def forward(
         self,

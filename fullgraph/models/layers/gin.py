@@ -16,6 +16,7 @@ all apply); the ReLU (in place) and the second linear layer are per row.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -23,8 +24,24 @@ from torch import nn
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.graph_linear import graph_linear
-from fullgraph.models.layers.base import GraphLayer, register_layer
+from fullgraph.models.layers.base import (
+    ExportArgs,
+    GraphLayer,
+    LayerOptions,
+    PygExport,
+    register_layer,
+)
+from fullgraph.models.local_graph import local_csr, sum_operator
 from fullgraph.models.mixed_linear import mixed_linear
+
+if TYPE_CHECKING:
+    from fullgraph.partition import Partition
+
+
+def _gin_kwargs(args: ExportArgs) -> dict[str, int | str | bool] | None:
+    """PyG's ``GIN`` with a trainable ``eps``; none with a norm (it puts one inside every
+    MLP)."""
+    return None if args["norm"] is not None else {"train_eps": True}
 
 
 @register_layer
@@ -48,6 +65,14 @@ class GINLayer(GraphLayer):
     prunable = True
     root_term = True
     row_mlp = True
+    pyg = PygExport(
+        conv="GINConv",
+        name="GIN",
+        keys={"eps": "eps", "nn.lins.0.weight": "mlp.0.weight", "nn.lins.0.bias": "mlp.0.bias",
+              "nn.lins.1.weight": "mlp.2.weight", "nn.lins.1.bias": "mlp.2.bias"},
+        basic_gnn="GIN",
+        basic_kwargs=_gin_kwargs,
+    )  # fmt: skip
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__(in_dim, out_dim)
@@ -55,9 +80,9 @@ class GINLayer(GraphLayer):
         self.mlp = nn.Sequential(nn.Linear(in_dim, out_dim), nn.ReLU(), nn.Linear(out_dim, out_dim))
 
     @staticmethod
-    def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:
+    def operator(part: Partition, options: LayerOptions) -> CSRMatrix:
         """The plain sum over every inner node's incoming neighbours (every value 1)."""
-        return base.with_values(torch.ones(int(base.indices.numel()), dtype=torch.float32))
+        return sum_operator(local_csr(part))
 
     def forward(
         self,

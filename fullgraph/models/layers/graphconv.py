@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from fullgraph.models.layers.base import register_layer
+from fullgraph.models.layers.base import PygExport, register_layer
 from fullgraph.models.layers.sage import MaxAggregation, SAGELayer, SAGESumLayer
 
 
@@ -33,6 +33,12 @@ class GraphConvLayer(SAGESumLayer):
     """
 
     kind = "graphconv"
+    pyg = PygExport(  # PyG has no BasicGNN of GraphConv layers
+        conv="GraphConv",
+        name="GraphConv",
+        keys={"lin_rel.weight": "lin.weight", "lin_rel.bias": "lin.bias",
+              "lin_root.weight": "root.weight"},
+    )  # fmt: skip
     VARIANTS: ClassVar[dict[str, type[SAGELayer]]] = {}
 
 

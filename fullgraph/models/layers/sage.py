@@ -17,7 +17,7 @@ operator, no precomputed aggregation, no sparse input and no pruning (:class:`SA
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -27,23 +27,25 @@ from fullgraph.errors import ConfigError
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.graph_linear import graph_linear
-from fullgraph.models.layers.base import GraphLayer, LayerOptions, register_layer
+from fullgraph.models.layers.base import (
+    ExportArgs,
+    GraphLayer,
+    LayerOptions,
+    PygExport,
+    register_layer,
+)
+from fullgraph.models.local_graph import local_csr, no_operator, sum_operator
+
+if TYPE_CHECKING:
+    from fullgraph.partition import Partition
 
 #: The neighbour aggregations of ``--aggr``.
 AGGREGATIONS = ("mean", "sum", "max")
 
 
-def sum_operator(base: CSRMatrix) -> CSRMatrix:
-    """The plain sum over every row's incoming neighbours (every value 1)."""
-    return base.with_values(torch.ones(int(base.indices.numel()), dtype=torch.float32))
-
-
-def no_operator(base: CSRMatrix, num_inner: int) -> CSRMatrix:
-    """An operator without entries (the max layers read the edges, not an operator)."""
-    empty = torch.zeros(0, dtype=torch.int64)
-    return CSRMatrix(
-        torch.zeros(num_inner + 1, dtype=torch.int64), empty, empty.float(), base.num_cols
-    )
+def _sage_kwargs(args: ExportArgs) -> dict[str, int | str | bool]:
+    """PyG's ``GraphSAGE`` aggregates by the mean unless told otherwise."""
+    return {} if args.get("aggr") in (None, "mean") else {"aggr": str(args["aggr"])}
 
 
 @register_layer
@@ -66,6 +68,18 @@ class SAGELayer(GraphLayer):
     fresh_input_grad = True
     prunable = True
     root_term = True
+    accepts = ("aggr",)
+    pyg = PygExport(
+        conv="SAGEConv",
+        name="GraphSAGE",
+        keys={
+            "lin_l.weight": "lin.weight",
+            "lin_l.bias": "lin.bias",
+            "lin_r.weight": "root.weight",
+        },
+        basic_gnn="GraphSAGE",
+        basic_kwargs=_sage_kwargs,
+    )
     #: the aggregation of this class
     aggr: ClassVar[str] = "mean"
     #: the class of every aggregation of this kind (set below the classes)
@@ -98,9 +112,9 @@ class SAGELayer(GraphLayer):
         return cls.variant(options)(in_dim, width)
 
     @staticmethod
-    def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:
+    def operator(part: Partition, options: LayerOptions) -> CSRMatrix:
         """The mean over every inner node's incoming neighbours."""
-        return base.mean_normalized()
+        return local_csr(part).mean_normalized()
 
     def forward(
         self,
@@ -138,9 +152,9 @@ class SAGESumLayer(SAGELayer):
     aggr = "sum"
 
     @staticmethod
-    def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:
+    def operator(part: Partition, options: LayerOptions) -> CSRMatrix:
         """The plain sum over every inner node's incoming neighbours (every value 1)."""
-        return sum_operator(base)
+        return sum_operator(local_csr(part))
 
 
 class MaxAggregation:
@@ -151,11 +165,12 @@ class MaxAggregation:
     precomputable = False  # the stack reads the edges and local global ids (needs_structure)
     prunable = False  # the pruned plans renumber the halo rows the maximum reads
     fresh_input_grad = False
+    replay = "max"
 
     @staticmethod
-    def operator(base: CSRMatrix, degree: torch.Tensor, num_inner: int) -> CSRMatrix:
+    def operator(part: Partition, options: LayerOptions) -> CSRMatrix:
         """No operator: the maximum reads ``ctx.structure``."""
-        return no_operator(base, num_inner)
+        return no_operator(local_csr(part), int(part.num_inner))
 
     def forward(
         self,
