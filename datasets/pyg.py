@@ -16,6 +16,7 @@ from fullgraph.datasets.graph import Graph
 from fullgraph.errors import DataError
 
 if TYPE_CHECKING:
+    import torch
     from torch_geometric.data import Data
 
 
@@ -113,7 +114,7 @@ def from_pyg(
     return graph.validate()
 
 
-def _sparse_entries(adj: Any) -> tuple[Any, Any, Any] | None:
+def _sparse_entries(adj: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
     """``(row, col, value)`` tensors of a torch_sparse ``SparseTensor`` or a torch sparse tensor
     (COO, CSR, CSC; ``value`` ``None`` when it has none), or ``None`` for anything else."""
     import torch

@@ -13,11 +13,14 @@ import os
 import pickle
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fullgraph.datasets.graph import Graph
 from fullgraph.datasets.pyg import from_pyg
 from fullgraph.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data, InMemoryDataset
 
 #: What :func:`graph_of` accepts, for its messages.
 ACCEPTED = (
@@ -37,7 +40,7 @@ def describe(value: Any) -> str:
     return f"{kind} of shape {tuple(shape)}" if shape is not None else kind
 
 
-def _describe_data(data: Any) -> str:
+def _describe_data(data: Data) -> str:
     """``Data(x [N, F], edge_index [2, E])``: the tensors of a PyG ``Data`` by name and shape."""
     items = []
     for key in sorted(data.keys()):
@@ -146,7 +149,7 @@ def _torch_load(path: Path) -> Any:
         raise DataError(f"{path}: not a file torch.save wrote ({first})") from None
 
 
-def _saved_dataset(path: Path) -> Any:
+def _saved_dataset(path: Path) -> InMemoryDataset:
     """The ``InMemoryDataset`` of a file ``InMemoryDataset.save`` wrote (no class needed)."""
     from torch_geometric.data import InMemoryDataset
 
