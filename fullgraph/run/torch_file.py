@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +184,7 @@ def read_torch_file(
         raise ConfigError(f"cannot read {what} {path} ({exc})") from exc
 
 
-def named_values(obj: Any, prefix: str = "") -> dict[str, Any]:
+def named_values(obj: object, prefix: str = "") -> dict[str, torch.Tensor | float]:
     """The tensors and floats inside nested dicts and lists, by dotted name.
 
     ``{"exp_avg": [t0, t1], "lr": 0.01}`` -> ``{"exp_avg.0": t0, "exp_avg.1": t1, "lr": 0.01}``;
@@ -191,12 +192,12 @@ def named_values(obj: Any, prefix: str = "") -> dict[str, Any]:
     """
     if isinstance(obj, torch.Tensor | float):
         return {prefix: obj}
-    items: Any = ()
+    items: Iterable[tuple[object, object]] = ()
     if isinstance(obj, dict):
         items = obj.items()
     elif isinstance(obj, list | tuple):
         items = enumerate(obj)
-    out: dict[str, Any] = {}
+    out: dict[str, torch.Tensor | float] = {}
     for key, value in items:
         out.update(named_values(value, f"{prefix}.{key}" if prefix else str(key)))
     return out
