@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -120,37 +121,92 @@ def auto_precision(
     return "32", _NO_CPU_BF16
 
 
-def resolve_precision(requested: str, device: str) -> tuple[str, str | None]:
-    """``(precision, note)``: ``32`` or ``bf16-mixed``, and, for ``auto``, the line that says
-    what it resolved to and why (:func:`auto_precision`; else ``None``).
+@dataclass(frozen=True)
+class Precision:
+    """The precision policy of a run: what each kind of value is computed and sent in.
+
+    Resolved once (:func:`resolve_precision`: the command scaffold, and ``Trainer``,
+    ``Predictor`` and :func:`fullgraph.pyg.distribute` for Python callers), then handed to the
+    halo plan at its construction; the rank context reads it there
+    (:attr:`fullgraph.models.context.GraphContext.precision`).
+
+    Attributes:
+        name: ``32`` or ``bf16-mixed`` (what configs, logs and model files record).
+    """
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in RESOLVED:
+            raise ConfigError(
+                f"precision {self.name!r} is not resolved: one of {', '.join(RESOLVED)} "
+                f"(resolve {PRECISIONS[-1]!r} with fullgraph.precision.resolve_precision)"
+            )
+
+    @classmethod
+    def named(cls, name: str) -> Precision:
+        """The policy of a resolved ``name`` (a config's, a model file's)."""
+        return cls(name)
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the forward pass computes in bfloat16 (``bf16-mixed``)."""
+        return self.name == "bf16-mixed"
+
+    @property
+    def compute_dtype(self) -> torch.dtype | None:
+        """The dtype the forward pass's weight products and aggregations read their inputs in
+        (``None``: their inputs' own, float32)."""
+        return torch.bfloat16 if self.mixed else None
+
+    @property
+    def halo_dtype(self) -> torch.dtype | None:
+        """The dtype forward halo rows travel in (``None``: the rows' own): the compute dtype,
+        since every rank, and one process, rounds them alike before use."""
+        return self.compute_dtype
+
+    @property
+    def param_dtype(self) -> torch.dtype:
+        """Parameters, gradients, optimiser state, norms' statistics, loss: float32."""
+        return torch.float32
+
+    @contextlib.contextmanager
+    def autocast(self, device: torch.device | str) -> Iterator[None]:
+        """``torch.autocast`` to bfloat16 for plain torch modules under ``bf16-mixed`` (the
+        mini-batch baseline); nothing under 32."""
+        if not self.mixed:
+            yield
+            return
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+            yield
+
+    def __str__(self) -> str:
+        return self.name
+
+
+#: The resolved values: what :class:`Precision` holds.
+RESOLVED = PRECISIONS[:2]
+#: float32 throughout: the default policy.
+FLOAT32 = Precision("32")
+
+
+def resolve_precision(requested: str, device: str) -> tuple[Precision, str | None]:
+    """``requested`` (``32``, ``bf16-mixed`` or ``auto``) on ``device`` as a policy, and, for
+    ``auto``, the line that says what it resolved to and why (:func:`auto_precision`; else
+    ``None``).
 
     Raises:
-        ConfigError: ``bf16-mixed`` asked for on a device without bfloat16.
+        ConfigError: an unknown value, or ``bf16-mixed`` asked for on a device without
+            bfloat16.
     """
     check_precision("--precision", requested)
     if requested == "32":
-        return "32", None
+        return FLOAT32, None
     if requested == "auto":
         precision, why = auto_precision(device)
         name = "float32" if precision == "32" else precision
-        return precision, f"--precision auto: {name}, {why}"
+        return Precision(precision), f"--precision auto: {name}, {why}"
     why = bf16_unsupported(device)
     if why is None:
-        return "bf16-mixed", None
+        return Precision("bf16-mixed"), None
     raise ConfigError(f"--precision bf16-mixed: {why}; use --precision 32 (or auto)")
-
-
-def compute_dtype(precision: str) -> torch.dtype | None:
-    """The dtype weight products and aggregations read (``None``: their inputs' own)."""
-    return torch.bfloat16 if precision == "bf16-mixed" else None
-
-
-@contextlib.contextmanager
-def autocast(device: torch.device | str, precision: str) -> Iterator[None]:
-    """``torch.autocast`` to bfloat16 for plain torch modules (``F.linear`` of GAT's
-    projection, GIN's MLP, residual projections) under ``bf16-mixed``; nothing under 32."""
-    if precision != "bf16-mixed":
-        yield
-        return
-    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
-        yield

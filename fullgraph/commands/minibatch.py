@@ -19,6 +19,7 @@ from typing import Any
 
 from fullgraph.commands.train import MODEL_NOT_KEPT
 from fullgraph.minibatch.config import MinibatchConfig, MinibatchData, ProgressOptions
+from fullgraph.precision import Precision
 from fullgraph.run.command import Command, Job
 from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
 
@@ -83,8 +84,8 @@ class MinibatchCommand(Command):
         from fullgraph.errors import ConfigError
 
         self.io.check_apart_from(dataset_inputs(self.data.dataset, self.data.root), model=True)
-        precision = self.resolve_precision(self.config.precision)
-        self.config = dataclasses.replace(self.config, precision=precision)
+        self.precision = self.resolve_precision(self.config.precision)
+        self.config = dataclasses.replace(self.config, precision=self.precision.name)
         if self.transport == "nccl":
             raise ConfigError("the mini-batch baseline runs on the CPU: --transport nccl is not "
                               "available, use mpi or gloo")  # fmt: skip
@@ -92,7 +93,7 @@ class MinibatchCommand(Command):
     def run(self, job: Job) -> dict[str, Any]:
         """Outputs checked, the dataset loaded, the memory check, then the epochs."""
         return _train(job, self.data, self.config, self.runtime.memory_check,
-                      self.progress.progress_every)  # fmt: skip
+                      self.progress.progress_every, self.precision)  # fmt: skip
 
 
 def _memory_check(job: Job, graph: Any, config: MinibatchConfig, check: str) -> list[str]:
@@ -104,7 +105,12 @@ def _memory_check(job: Job, graph: Any, config: MinibatchConfig, check: str) -> 
 
 
 def _train(
-    job: Job, data: MinibatchData, config: MinibatchConfig, memory_check: str, progress: float
+    job: Job,
+    data: MinibatchData,
+    config: MinibatchConfig,
+    memory_check: str,
+    progress: float,
+    precision: Precision,
 ) -> dict[str, Any]:
     """Outputs checked, dataset loaded (both agreed by all ranks), then the epochs."""
     from fullgraph.datasets import load, require_features
@@ -134,7 +140,8 @@ def _train(
     quiet = job.run.quiet
     model_path = job.run.model_path()
     trainer = MinibatchTrainer(graph, job.comm, config, quiet=quiet, model_path=model_path,
-                               progress_every=progress, data_label=data.dataset)  # fmt: skip
+                               progress_every=progress, data_label=data.dataset,
+                               precision=precision)  # fmt: skip
     resolved = {
         "config": {**config.to_dict(), "quiet": quiet},
         "data": data.dataset,

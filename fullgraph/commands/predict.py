@@ -28,7 +28,7 @@ from fullgraph.atomic import Place, check_apart
 from fullgraph.config import Config, check_path, option
 from fullgraph.errors import ConfigError
 from fullgraph.partition import PartitionDir
-from fullgraph.precision import precision_option
+from fullgraph.precision import FLOAT32, precision_option
 from fullgraph.run.command import Command, Job
 from fullgraph.run.nesting import check_not_inside_output
 from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
@@ -172,7 +172,7 @@ class PredictCommand(Command):
         self.io = RunOptions(force=self.options.force, quiet=self.options.quiet)
         self.parts: PartitionDir | None = None
         self.model_file: ModelFile | None = None
-        self.precision = "32"  # resolved in check(): --precision, else the model's
+        self.precision = FLOAT32  # resolved in check(): --precision, else the model's
 
     def check(self) -> None:
         """The rank count against the part count; the output apart from the inputs; the model
@@ -377,7 +377,7 @@ class PredictCommand(Command):
             "ranks": size,
             "transport": job.comm.transport,
             "device": job.device,
-            "precision": self.precision,
+            "precision": self.precision.name,
             "files": {
                 name: {"shape": list(shape), "dtype": dtype}
                 for name, (shape, dtype) in files.items()

@@ -73,8 +73,8 @@ class TrainCommand(Command):
         from fullgraph.errors import ConfigError
         from fullgraph.metrics import resolve_metric
 
-        precision = self.resolve_precision(self.config.precision)
-        self.config = dataclasses.replace(self.config, precision=precision)
+        self.precision = self.resolve_precision(self.config.precision)
+        self.config = dataclasses.replace(self.config, precision=self.precision.name)
         size = self.launch.size
         if self.data.parts:
             self.parts = PartitionDir.open(self.data.parts)
@@ -129,7 +129,7 @@ class TrainCommand(Command):
                 print(f"fullgraph train: {line}", file=sys.stderr, flush=True)
         with phase("model set-up"):
             trainer = Trainer(part, comm, cfg, job.run, checkpoints=job.checkpoints,
-                              device=job.device)  # fmt: skip
+                              device=job.device, precision=self.precision)  # fmt: skip
         trainer.data_label = data.label
         partition_hash = part.partition_hash
         split = part.meta.get("split")  # which of the dataset's fixed splits (None: its only one)

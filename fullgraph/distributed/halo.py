@@ -17,7 +17,8 @@ parameters together, counts in bytes) and the receiver decodes it; outside a ste
 (evaluation, the precomputed first aggregation) rows go as float32. The forward quantization
 passes gradients straight through; the backward exchange compresses the gradients themselves.
 
-Precision (``--precision bf16-mixed``, :attr:`HaloPlan.row_dtype`): an aggregation reads its
+Precision (``--precision bf16-mixed``: the plan's :class:`~fullgraph.precision.Precision`,
+given at construction; :attr:`HaloPlan.row_dtype`): an aggregation reads its
 input rows in bfloat16 and sums them in float64, where those sums are exact: a row's terms
 (inner ones first, then each slice of halo ones) give, rounded once to float32, what one
 process gets adding them in its own order. Forward halo rows travel in bfloat16 (half the
@@ -30,6 +31,7 @@ of that rounding).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,6 +44,7 @@ from fullgraph.distributed.communicator import Communicator, PendingExchange
 from fullgraph.distributed.compression import BACKWARD, FORWARD, HaloCompression, record_bytes
 from fullgraph.distributed.exchange_slices import ExchangeSlice
 from fullgraph.kernels import CSRMatrix, spmm, spmm_add_, spmm_exact
+from fullgraph.precision import FLOAT32, Precision
 
 if TYPE_CHECKING:
     from fullgraph.partition import Partition
@@ -67,9 +70,8 @@ class HaloPlan:
         buffer_bytes: the largest send or receive buffer an uncompressed exchange may use; a
             larger one goes in slices (:mod:`fullgraph.distributed.exchange_slices`). Same on
             every rank.
-        row_dtype: the dtype aggregations and weight products read their rows in
-            (``torch.bfloat16`` under ``--precision bf16-mixed``: their forward halo rows are
-            sent so), or ``None``: the rows' own. Same on every rank.
+        precision: the run's precision policy (:class:`~fullgraph.precision.Precision`;
+            :attr:`row_dtype` is its compute dtype). Same on every rank.
     """
 
     comm: Communicator
@@ -82,7 +84,7 @@ class HaloPlan:
     compression: HaloCompression | None = None
     max_rows: int = 0
     buffer_bytes: int = slicing.DEFAULT_BUFFER_BYTES
-    row_dtype: torch.dtype | None = None
+    precision: Precision = FLOAT32
     _slices: dict[int, list[ExchangeSlice]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -93,6 +95,7 @@ class HaloPlan:
         *,
         buffer_bytes: int = slicing.DEFAULT_BUFFER_BYTES,
         compression: HaloCompression | None = None,
+        precision: Precision = FLOAT32,
     ) -> HaloPlan:
         """Build the plan from a partition's ``send_index``/``send_offsets``/``recv_offsets``.
 
@@ -103,6 +106,7 @@ class HaloPlan:
             comm: the communicator.
             buffer_bytes: see :attr:`buffer_bytes` (the same on every rank).
             compression: codecs of the training exchanges, or ``None``.
+            precision: the run's precision policy.
         """
         send_counts = np.diff(np.asarray(part.send_offsets)).astype(int).tolist()
         recv_counts = np.diff(np.asarray(part.recv_offsets)).astype(int).tolist()
@@ -117,7 +121,19 @@ class HaloPlan:
             max_rows=int(comm.allreduce_(rows, "max", tag="setup")[0]),
             buffer_bytes=int(buffer_bytes),
             compression=compression,
+            precision=precision,
         )
+
+    @property
+    def row_dtype(self) -> torch.dtype | None:
+        """The dtype aggregations and weight products read their rows in (``torch.bfloat16``
+        under ``bf16-mixed``: their forward halo rows are sent so), or ``None``: the rows'
+        own (:attr:`Precision.compute_dtype <fullgraph.precision.Precision.compute_dtype>`)."""
+        return self.precision.compute_dtype
+
+    def with_precision(self, precision: Precision) -> HaloPlan:
+        """This plan at another precision: a new plan sharing the maps (no collective)."""
+        return dataclasses.replace(self, precision=precision)
 
     def slices(
         self, width: int, key: tuple[int, int] | None, direction: int

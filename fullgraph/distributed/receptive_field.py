@@ -118,7 +118,7 @@ def _restrict_plan(plan: HaloPlan, send_keep: torch.Tensor, halo_keep: torch.Ten
         compression=plan.compression,
         max_rows=int(plan.comm.allreduce_(local, "max", tag="setup")[0]),
         buffer_bytes=plan.buffer_bytes,
-        row_dtype=plan.row_dtype,
+        precision=plan.precision,
     )
 
 

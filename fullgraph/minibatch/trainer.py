@@ -17,6 +17,7 @@ prints a progress line within an epoch every ``progress_every`` seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from fullgraph.minibatch.inference import RowOperator, layerwise_inference, row_
 from fullgraph.minibatch.model import block_forward
 from fullgraph.minibatch.sampler import NeighborSampler, global_batches, rank_share
 from fullgraph.models.gnn import load_parameter_vector, parameter_vector
-from fullgraph.precision import autocast
+from fullgraph.precision import Precision, resolve_precision
 from fullgraph.run.epochs import EpochLoop, EpochStats, reduce_gradients
 from fullgraph.run.metrics import split_metrics
 from fullgraph.run.optim import Adam
@@ -53,6 +54,8 @@ class MinibatchTrainer(EpochLoop):
         model_path: where rank 0 writes the best-validation model file, or ``None``.
         progress_every: seconds between rank 0's progress lines within an epoch (0: none).
         data_label: how the model file names the data (``fullgraph predict`` prints it).
+        precision: the resolved precision policy (the command line's); by default
+            ``config.precision`` resolved here (a Python caller).
     """
 
     def __init__(
@@ -65,6 +68,7 @@ class MinibatchTrainer(EpochLoop):
         model_path: Path | None = None,
         progress_every: float = 0.0,
         data_label: str = "",
+        precision: Precision | None = None,
     ) -> None:
         super().__init__()
         self.epochs, self.eval_every, self.quiet = config.epochs, config.eval_every, quiet
@@ -73,7 +77,11 @@ class MinibatchTrainer(EpochLoop):
         self._best_model: dict[str, Any] | None = None
         if graph.x is None:
             raise DataError(f"{graph.name}: graph has no node features to train on")
-        self.graph, self.comm, self.config = graph, comm, config
+        if precision is None:  # a Python caller: ``auto`` decided, support checked
+            precision = resolve_precision(config.precision, "cpu")[0]
+        self.precision = precision
+        self.graph, self.comm = graph, comm
+        self.config = dataclasses.replace(config, precision=precision.name)
         self.metric = resolve_metric(config.metric, graph.name, graph.num_classes)
         self.train_nodes = np.flatnonzero(graph.train_mask).astype(np.int64)
         if self.train_nodes.size == 0:
@@ -122,7 +130,7 @@ class MinibatchTrainer(EpochLoop):
             x_src = torch.from_numpy(
                 np.asarray(self.x[sb.nodes[: sb.blocks[0].num_src]], dtype=np.float32)
             )
-            with autocast("cpu", self.config.precision):  # bf16-mixed: torch's autocast
+            with self.precision.autocast("cpu"):  # bf16-mixed: torch's autocast
                 logits = block_forward(
                     self.model,
                     sb.blocks,

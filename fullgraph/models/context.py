@@ -10,6 +10,7 @@ import torch
 from fullgraph.distributed.halo import HaloAggregate, HaloExchange, HaloPlan, SplitOperator
 from fullgraph.distributed.receptive_field import LayerGraph
 from fullgraph.kernels import CSRMatrix, segment_max
+from fullgraph.precision import Precision
 
 
 @dataclass
@@ -43,6 +44,11 @@ class GraphContext:
     structure: CSRMatrix | None = None
     local_global_ids: np.ndarray | None = None
     train_graphs: list[LayerGraph] | None = None
+
+    @property
+    def precision(self) -> Precision:
+        """The run's precision policy, as the halo plan was built with."""
+        return self.plan.precision
 
     def plans(self) -> list[HaloPlan]:
         """Every distinct halo plan the layers use (the whole one first, then pruned ones):

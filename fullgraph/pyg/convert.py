@@ -32,7 +32,7 @@ from torch import nn
 
 from fullgraph.errors import ConfigError
 from fullgraph.models.layers import layer_kinds
-from fullgraph.precision import compute_dtype, resolve_precision
+from fullgraph.precision import FLOAT32, Precision, resolve_precision
 from fullgraph.pyg.edge_twins import GATConvEdgeTwin, GINEConvTwin
 from fullgraph.pyg.node_rows import watch
 from fullgraph.pyg.part_data import PartGraph, part_graph_of
@@ -634,22 +634,22 @@ def distribute(model: nn.Module, data: Any, *, precision: str = "32") -> nn.Modu
             or a part whose models run at another precision.
     """
     part = part_graph_of(data, "fullgraph.pyg.distribute")
-    precision = _agreed_precision(part, precision, _device_of(data))
+    policy = _agreed_precision(part, precision, _device_of(data))
     done = getattr(model, "_fullgraph_run", None)
     if done is not None:
         if done.part is not part:
             raise ConfigError("distribute: the model was already converted for another part")
-        if done.precision != precision:
+        if done.precision != policy:
             raise ConfigError(
-                f"distribute: the model was already converted at precision {done.precision!r}, "
-                f"not {precision!r}"
+                f"distribute: the model was already converted at precision "
+                f"{done.precision.name!r}, not {policy.name!r}"
             )
         return model
-    if part.precision not in (None, precision):
+    if part.precision not in (None, policy):
         raise ConfigError(
-            f"distribute: precision {precision!r}, but this part's models run at "
-            f"{part.precision!r} (its halo plan carries the precision): convert every model of "
-            f"a part at one precision, or load_part again for another"
+            f"distribute: precision {policy.name!r}, but this part's models run at "
+            f"{part.precision.name!r} (its halo plan carries the precision): convert every "
+            f"model of a part at one precision, or load_part again for another"
         )
     conversion = _Conversion(part)
 
@@ -670,12 +670,11 @@ def distribute(model: nn.Module, data: Any, *, precision: str = "32") -> nn.Modu
     except ConfigError as error:
         refused = error
     _agree(part, refused)
-    part.precision = precision
-    part.plan.row_dtype = compute_dtype(precision)  # aggregations and halo rows in bfloat16
+    part.set_precision(policy)  # its halo plan, built anew at this precision
     _broadcast_state(model, part)
-    model._fullgraph_run = ModelRun(model, part, precision)
+    model._fullgraph_run = ModelRun(model, part, policy)
     watch(model, data, part)  # the script's own reductions over nodes: exact
-    model.fullgraph_precision = precision
+    model.fullgraph_precision = policy.name
     return model
 
 
@@ -686,7 +685,7 @@ def _device_of(data: Any) -> str:
     return x.device.type if isinstance(x, torch.Tensor) else "cpu"
 
 
-def _agreed_precision(part: PartGraph, requested: Any, device: str) -> str:
+def _agreed_precision(part: PartGraph, requested: object, device: str) -> Precision:
     """``requested`` resolved on ``device`` (:func:`~fullgraph.precision.resolve_precision`)
     and agreed by the ranks (a collective with several): ``auto`` is bf16-mixed only where
     it is on every rank; rank 0 prints the line of an ``auto`` (what it resolved to, why).
@@ -699,12 +698,12 @@ def _agreed_precision(part: PartGraph, requested: Any, device: str) -> str:
         requested = "32" if requested is None else str(requested)
     resolved, note, refused = None, None, None
     try:
-        resolved, note = resolve_precision(requested, device)
+        resolved, note = resolve_precision(requested, device)  # type: ignore[arg-type]
     except ConfigError as error:
         refused = error
-    values = _agree(part, refused, resolved)
-    if "32" in values and resolved != "32":  # auto, and another rank has no bfloat16
-        resolved = "32"
+    values = _agree(part, refused, None if resolved is None else resolved.name)
+    if "32" in values and resolved != FLOAT32:  # auto, and another rank has no bfloat16
+        resolved = FLOAT32
         rank = values.index("32")
         note = f"--precision auto: float32, as on rank {rank} (one precision for every rank)"
     if note is not None and part.comm.rank == 0:

@@ -24,6 +24,7 @@ from fullgraph.errors import ConfigError
 from fullgraph.models.context import GraphContext
 from fullgraph.models.layers import LayerOptions
 from fullgraph.partition import Partition, PartitionDir, load_partition
+from fullgraph.precision import Precision
 from fullgraph.pyg.process import alike, communicator
 from fullgraph.pyg.sources import graph_of, part_of_graph
 from fullgraph.training.assembly import part_tensors, rank_context
@@ -51,9 +52,11 @@ class PartGraph:
         global_ids: global id of every inner node, int64 [num_inner].
         num_train_global: training nodes of the whole graph.
         step: training forward passes so far; the next one uses ``step + 1``.
-        precision: ``32`` or ``bf16-mixed`` once :func:`fullgraph.pyg.distribute` converted a
-            model for the part (``None`` before): the precision every model of the part runs
-            at, since :attr:`plan` carries its ``row_dtype``.
+        plan: the halo exchange plan, at the part's precision (float32 until
+            :meth:`set_precision`).
+        precision: the policy (:class:`~fullgraph.precision.Precision`) every model of the
+            part runs at once :func:`fullgraph.pyg.distribute` converted one (``None`` before):
+            one per part, since :attr:`plan` carries it.
     """
 
     def __init__(self, part: Partition, comm: Communicator, seed: int) -> None:
@@ -62,7 +65,7 @@ class PartGraph:
         self.global_ids = np.asarray(part.global_ids[: self.num_inner], dtype=np.int64)
         self.num_train_global = int(part.num_train_global)
         self.plan = HaloPlan.from_partition(part, comm)
-        self.precision: str | None = None
+        self.precision: Precision | None = None
         self.step = 0
         self.stream = 0
         self._contexts: dict[tuple, GraphContext] = {}
@@ -76,6 +79,21 @@ class PartGraph:
             f"PartGraph(rank={self.comm.rank} of {self.comm.size}, inner={self.num_inner}, "
             f"halo={int(self.part.num_halo)}, edges={self.num_edges})"
         )
+
+    def set_precision(self, precision: Precision) -> None:
+        """Fix the precision every model of this part runs at (by
+        :func:`fullgraph.pyg.distribute`, once): the halo plan is built anew with it (no
+        collective) and the layer contexts built with the old one go."""
+        if self.precision == precision:
+            return
+        if self.precision is not None:
+            raise ConfigError(
+                f"this part's models run at precision {self.precision.name!r}, not "
+                f"{precision.name!r}: load_part again for another"
+            )
+        self.precision = precision
+        self.plan = self.plan.with_precision(precision)
+        self._contexts.clear()
 
     @property
     def num_edges(self) -> int:

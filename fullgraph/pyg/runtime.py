@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from fullgraph.errors import ConfigError
+from fullgraph.precision import FLOAT32, Precision
 from fullgraph.pyg.functional import ForwardCalls
 from fullgraph.pyg.part_data import PartGraph
 from fullgraph.run.epochs import reduce_gradients
@@ -68,10 +69,10 @@ class ModelRun:
     Args:
         model: the converted model (its root module).
         part: the rank's part.
-        precision: ``32`` or ``bf16-mixed`` (resolved; the part's plan carries its row dtype).
+        precision: the resolved policy (the part's plan carries it).
     """
 
-    def __init__(self, model: nn.Module, part: PartGraph, precision: str = "32") -> None:
+    def __init__(self, model: nn.Module, part: PartGraph, precision: Precision = FLOAT32) -> None:
         self.model, self.part, self.precision = model, part, precision
         self._rng: list[torch.Tensor] | None = None
         self._calls: list[ForwardCalls] = []

@@ -39,6 +39,7 @@ from fullgraph.run.outputs import RunOutputs
 
 if TYPE_CHECKING:
     from fullgraph.distributed import Communicator, LaunchInfo
+    from fullgraph.precision import Precision
 
 T = TypeVar("T")
 
@@ -168,10 +169,11 @@ class Command:
         """Checks before the communicator exists (the rank count against the part count, the
         outputs apart from the inputs); they must behave alike on every rank."""
 
-    def resolve_precision(self, requested: str) -> str:
-        """``--precision`` on :attr:`device`: ``auto`` decided, bfloat16 support checked
-        (:func:`fullgraph.precision.resolve_precision`); rank 0 prints the line of an ``auto``
-        (what it resolved to, and why). Call it from :meth:`check`."""
+    def resolve_precision(self, requested: str) -> Precision:
+        """``--precision`` on :attr:`device` as the run's one policy: ``auto`` decided,
+        bfloat16 support checked (:func:`fullgraph.precision.resolve_precision`); rank 0
+        prints the line of an ``auto`` (what it resolved to, and why). Call it once, from
+        :meth:`check`, and hand the policy on."""
         from fullgraph.precision import resolve_precision
 
         precision, note = resolve_precision(requested, self.device)

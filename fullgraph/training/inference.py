@@ -42,6 +42,7 @@ import torch
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.errors import ConfigError, DataError, OutputError
 from fullgraph.partition import Partition
+from fullgraph.precision import Precision
 from fullgraph.run.metrics import split_metrics
 from fullgraph.run.prediction_dir import (  # noqa: F401  (the format, re-exported)
     FORMAT,
@@ -327,7 +328,7 @@ class Predictor:
         comm: the communicator.
         model: the model file.
         device: where tensors live.
-        precision: ``32`` or ``bf16-mixed`` (resolved), or ``None``: the model's.
+        precision: the resolved policy, or ``None``: the model's.
 
     Attributes:
         model: the trained :class:`~fullgraph.models.gnn.GNN`, in evaluation mode.
@@ -341,13 +342,13 @@ class Predictor:
         comm: Communicator,
         model: ModelFile,
         device: torch.device | str = "cpu",
-        precision: str | None = None,
+        precision: Precision | None = None,
     ) -> None:
         self.comm, self.device, self.file = comm, torch.device(device), model
         config = inference_config(model.config)
         if precision is not None:  # else the model's (``fullgraph predict --precision``)
-            config = replace(config, precision=precision)
-        rank = assemble_rank(part, comm, config, self.device)
+            config = replace(config, precision=precision.name)
+        rank = assemble_rank(part, comm, config, self.device, precision)
         self.data, self.ctx = rank.data, rank.ctx
         self.model = model.build().to(self.device)
         #: the summary's metric (:func:`model_metric`)

@@ -24,7 +24,7 @@ from fullgraph.errors import ConfigError, TrainingDiverged, mark_replicated
 from fullgraph.metrics import resolve_metric
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
 from fullgraph.partition import Partition
-from fullgraph.precision import resolve_precision
+from fullgraph.precision import Precision, resolve_precision
 from fullgraph.run.checkpoint import CheckpointDir
 from fullgraph.run.epochs import (
     EpochLoop,
@@ -79,6 +79,8 @@ class Trainer(EpochLoop):
         checkpoints: the checkpoint directory, already opened (locked) by the command line;
             by default one is made from ``run.checkpoint`` (not locked).
         device: where tensors live (checked against the transport).
+        precision: the resolved precision policy (the command line's); by default
+            ``config.precision`` resolved here on ``device`` (a Python caller).
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class Trainer(EpochLoop):
         run: RunOptions | None = None,
         checkpoints: CheckpointDir | None = None,
         device: torch.device | str = "cpu",
+        precision: Precision | None = None,
     ) -> None:
         super().__init__()
         if comm.size != part.num_parts or comm.rank != part.rank:
@@ -98,12 +101,12 @@ class Trainer(EpochLoop):
             )
         check_device(str(device), comm.transport)
         self.device = torch.device(device)
-        if config.precision != "32":  # a Python caller: ``auto`` decided, support checked
+        if precision is None:  # a Python caller: ``auto`` decided, support checked
             try:
                 precision = resolve_precision(config.precision, self.device.type)[0]
             except ConfigError as exc:
                 raise mark_replicated(exc) from None
-            config = dataclasses.replace(config, precision=precision)
+        config = dataclasses.replace(config, precision=precision.name)
         self.comm, self.config = comm, config
         # Only the hash is kept: the part's arrays that training does not use (its CSR of
         # int64 ids, degrees) are freed once the caller lets the part go as well.
@@ -111,7 +114,7 @@ class Trainer(EpochLoop):
         self.run = run or RunOptions()
         self.epochs, self.eval_every, self.quiet = config.epochs, config.eval_every, self.run.quiet
         self.metric = _resolve_metric(config.metric, part.meta.get("dataset"), part.num_classes)
-        rank_graph = assemble_rank(part, comm, config, self.device)
+        rank_graph = assemble_rank(part, comm, config, self.device, precision)
         self.data, self.ctx = rank_graph.data, rank_graph.ctx
         self.num_train_global = rank_graph.num_train_global
         self.model = self._build_model(part)

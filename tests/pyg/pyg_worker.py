@@ -388,20 +388,29 @@ def run_precision(
     """The models of ``group`` converted at ``precision`` and trained ``epochs`` Adam steps
     with dropout: step-1 logits (global order), losses, the recorded precision and the dtypes
     the forward halo rows were sent in."""
-    plan = data.fullgraph.plan
     sent: set[str] = set()
-    start_forward = plan.start_forward
+    recorded: list[Any] = []
 
-    def recording(h: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        sent.add(str(h.dtype))
-        return start_forward(h, *args, **kwargs)
+    def record(plan: Any) -> None:
+        """Record the dtypes ``plan`` (the part's, built at its precision by ``distribute``)
+        sends its forward rows in; this plan only."""
+        if any(plan is p for p in recorded):
+            return
+        start_forward = plan.start_forward
 
-    plan.start_forward = recording  # this plan only
+        def recording(h: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            sent.add(str(h.dtype))
+            return start_forward(h, *args, **kwargs)
+
+        plan.start_forward = recording
+        recorded.append(plan)
+
     results: dict[str, np.ndarray] = {}
     for name in models(group):
         sent.clear()
         model = build(name, data.num_features, data.num_classes, PRECISION_DROPOUT)
         model = pyg.distribute(model, data, precision=precision)
+        record(data.fullgraph.plan)
 
         def first(out: torch.Tensor, name: str = name) -> None:
             results[f"{name}/logits"] = gather_rows(out, data)

@@ -26,7 +26,7 @@ from train_worker import run_variants
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.errors import ConfigError
 from fullgraph.partition import whole_graph_part
-from fullgraph.precision import bf16_unsupported, compute_dtype, resolve_precision
+from fullgraph.precision import FLOAT32, Precision, bf16_unsupported, resolve_precision
 
 #: The variants checked at bf16-mixed: both orders of the GCN / SAGE body (transform first,
 #: aggregate first with and without the precomputed aggregation), GAT exchanging its input and
@@ -157,7 +157,7 @@ def test_bf16_forward_halo_rows_are_half_the_bytes() -> None:
 
             return Done()
 
-    for dtype, want in ((None, 4), (torch.bfloat16, 2)):
+    for name, want in (("32", 4), ("bf16-mixed", 2)):
         sent.clear()
         plan = HaloPlan(
             Recorder(),
@@ -166,17 +166,43 @@ def test_bf16_forward_halo_rows_are_half_the_bytes() -> None:
             [0, 3],
             num_inner=3,
             num_halo=3,
-            row_dtype=dtype,
+            precision=Precision(name),
         )
         h = torch.randn(3, 8, requires_grad=True)
         halo = HaloExchange.apply(h, plan, plan.row_dtype)
         assert halo.dtype == torch.float32
         halo.sum().backward()
         forward, backward = sent
-        assert forward.element_size() == want, dtype
+        assert forward.element_size() == want, name
         assert forward.numel() * forward.element_size() == 3 * 8 * want
         assert backward.dtype == torch.float32  # partial sums: never rounded
-    assert compute_dtype("bf16-mixed") is torch.bfloat16 and compute_dtype("32") is None
+    assert Precision("bf16-mixed").compute_dtype is torch.bfloat16
+    assert FLOAT32.compute_dtype is None and FLOAT32.param_dtype is torch.float32
+
+
+def test_a_precision_policy_holds_a_resolved_name_only() -> None:
+    """``auto`` and unknown names never become a policy: they are resolved first."""
+    for name in ("auto", "fp16", "bf16"):
+        with pytest.raises(ConfigError, match="is not resolved"):
+            Precision(name)
+    assert Precision.named("bf16-mixed").halo_dtype is torch.bfloat16 and str(FLOAT32) == "32"
+
+
+def test_the_halo_plan_is_built_at_its_precision(small_partitions) -> None:
+    """The plan takes the policy at construction (``with_precision``: a new plan sharing the
+    maps), and the rank context reads it there."""
+    from fullgraph.distributed.halo import HaloPlan
+    from fullgraph.partition import load_partition
+    from fullgraph.training.assembly import assemble_rank
+    from fullgraph.training.config import TrainConfig
+
+    part = load_partition(small_partitions[1], 0)
+    mixed = Precision("bf16-mixed")
+    plan = HaloPlan.from_partition(part, Communicator(), precision=mixed)
+    assert plan.row_dtype is torch.bfloat16 and plan.with_precision(FLOAT32).row_dtype is None
+    assert plan.with_precision(FLOAT32).send_index is plan.send_index
+    ctx = assemble_rank(part, Communicator(), TrainConfig(precision="32")).ctx
+    assert ctx.precision == FLOAT32 and ctx.plan.row_dtype is None
 
 
 def test_resolve_precision(monkeypatch) -> None:
@@ -184,17 +210,17 @@ def test_resolve_precision(monkeypatch) -> None:
     refuses."""
     import fullgraph.precision as precision
 
-    assert resolve_precision("32", "cpu") == ("32", None)
+    assert resolve_precision("32", "cpu") == (FLOAT32, None)
     if bf16_unsupported("cpu") is None:
-        assert resolve_precision("bf16-mixed", "cpu") == ("bf16-mixed", None)
+        assert resolve_precision("bf16-mixed", "cpu") == (Precision("bf16-mixed"), None)
     monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx512f"}))
     got, note = resolve_precision("auto", "cpu")
-    assert got == "32" and note.startswith("--precision auto: float32, this CPU has neither")
+    assert got == FLOAT32 and note.startswith("--precision auto: float32, this CPU has neither")
     with pytest.raises(ConfigError, match=r"^--precision bf16-mixed: this CPU has neither"):
         resolve_precision("bf16-mixed", "cpu")
     monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx512_bf16", "amx_bf16"}))
     assert resolve_precision("auto", "cpu") == (
-        "bf16-mixed",
+        Precision("bf16-mixed"),
         "--precision auto: bf16-mixed, this CPU has AMX (amx_bf16)",
     )
     if not torch.cuda.is_available():
