@@ -36,7 +36,7 @@ from fullgraph.models.gnn import precompute_first_aggregate, sparse_features
 from fullgraph.models.layers import LayerOptions, layer_class
 from fullgraph.models.local_graph import as_tensor, local_csr
 from fullgraph.partition import Partition
-from fullgraph.precision import compute_dtype
+from fullgraph.precision import Precision
 from fullgraph.training.config import TrainConfig, TrainData
 
 
@@ -207,7 +207,11 @@ def rank_context(
 
 
 def assemble_rank(
-    part: Partition, comm: Communicator, config: TrainConfig, device: torch.device | str = "cpu"
+    part: Partition,
+    comm: Communicator,
+    config: TrainConfig,
+    device: torch.device | str = "cpu",
+    precision: Precision | None = None,
 ) -> RankGraph:
     """Build everything rank ``comm.rank`` trains on (a collective: every rank calls it).
 
@@ -216,6 +220,8 @@ def assemble_rank(
         comm: the communicator.
         config: the run's configuration (layer kind, widths, dropout, compression).
         device: where tensors live.
+        precision: the resolved policy (default: ``config.precision``'s, which must then be
+            resolved: ``32`` or ``bf16-mixed``).
 
     Returns:
         The :class:`RankGraph`.
@@ -244,8 +250,8 @@ def assemble_rank(
         comm,
         buffer_bytes=int(config.exchange_buffer_mb * 2**20),
         compression=compression,
+        precision=precision or Precision.named(config.precision),
     )
-    plan.row_dtype = compute_dtype(config.precision)
     ctx = rank_context(
         part,
         plan,
