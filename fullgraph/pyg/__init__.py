@@ -20,7 +20,7 @@ A single-process PyG script becomes a P-rank one by changing five lines
   ``GCNConv``, ``SAGEConv(aggr="mean" or "sum")``, ``GATConv``, ``GINConv``, ``BatchNorm`` and
   ``Dropout`` by distributed twins, keeps row-wise modules, walks containers and PyG's
   ``GCN`` / ``GraphSAGE`` / ``GAT`` / ``GIN`` models, refuses the rest naming the layer and why
-  (the rules: ``convert.RULES``, the table of ``docs/pyg.md``); the converted model sums its
+  (the rules: ``rules.RULES``, the table of ``docs/pyg.md``); the converted model sums its
   gradients over the ranks at the end of every backward pass (:mod:`~fullgraph.pyg.runtime`).
   ``distribute(model, data, precision="bf16-mixed")`` (or ``"32"``, ``"auto"``) runs its
   weight products and aggregations on bfloat16 inputs, exactly across ranks (docs/pyg.md,

@@ -35,7 +35,7 @@ from fullgraph import pyg  # noqa: E402
 from fullgraph.datasets import Graph, to_pyg  # noqa: E402
 from fullgraph.distributed import Communicator  # noqa: E402
 from fullgraph.errors import ConfigError  # noqa: E402
-from fullgraph.pyg import convert  # noqa: E402
+from fullgraph.pyg import rules  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -305,10 +305,10 @@ def test_basic_gnn_refuses_sampled_subgraph_arguments(data) -> None:
 
 
 def test_docs_list_what_the_registry_supports() -> None:
-    """``docs/pyg.md`` holds the support tables generated from ``convert.RULES`` and the watched
-    calls, verbatim (regenerate: ``python -c "from fullgraph.pyg.convert import
+    """``docs/pyg.md`` holds the support tables generated from ``rules.RULES`` and the watched
+    calls, verbatim (regenerate: ``python -c "from fullgraph.pyg.rules import
     support_table; print(support_table())"``)."""
-    from fullgraph.pyg.convert import support_table
+    from fullgraph.pyg.rules import support_table
 
     doc = (ROOT / "docs" / "pyg.md").read_text()
     begin, end = "<!-- support table: begin -->\n", "\n<!-- support table: end -->"
@@ -420,7 +420,7 @@ def test_a_refused_script_ends_with_one_line_per_rank_at_most(where: str, tmp_pa
     if where == "convert":
         assert lines == [
             "fullgraph.pyg: error: model.convs.0 (torch_geometric.nn.conv.gatv2_conv.GATv2Conv) "
-            "cannot be distributed exactly: " + convert._MESSAGE_PASSING
+            "cannot be distributed exactly: " + rules._MESSAGE_PASSING
         ], proc.stderr
     else:
         # the first rank to fail aborts the job: the other's line may not come

@@ -1,0 +1,214 @@
+"""The handlers of :data:`fullgraph.pyg.rules.RULES`: each builds a module's distributed twin
+(checking the options the twin supports), keeps the module, or refuses it in one line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from fullgraph.models.layers import layer_kinds
+from fullgraph.pyg.edge_twins import GATConvEdgeTwin, GINEConvTwin
+from fullgraph.pyg.rule import WHOLE_GRAPH, Conversion, Handler, check, refuse
+from fullgraph.pyg.twins import (
+    BatchNormTwin,
+    GCNConvTwin,
+    GINConvTwin,
+    GraphConvTwin,
+    HashedDropout,
+    SAGEConvTwin,
+    TrimToLayerTwin,
+    gat_twin_class,
+)
+
+
+def gcn(path: str, conv: Any, c: Conversion) -> nn.Module:
+    check(
+        path,
+        conv,
+        (
+            ("normalize=False", not conv.normalize),
+            ("add_self_loops=False", not conv.add_self_loops),
+            (f"aggr={conv.aggr!r}", conv.aggr != "add"),
+            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
+        ),
+        "is not supported (the twin is Kipf-Welling GCN)",
+    )
+    return GCNConvTwin(conv, c.part)
+
+
+def check_sum_flow(path: str, conv: Any) -> None:
+    """GIN's and GINE's options: the sum over incoming neighbours only."""
+    check(
+        path,
+        conv,
+        (
+            (f"aggr={conv.aggr!r}", conv.aggr != "add"),
+            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
+        ),
+        "is not supported",
+    )
+
+
+def gine(path: str, conv: Any, c: Conversion) -> nn.Module:
+    check_sum_flow(path, conv)
+    return GINEConvTwin(conv, c.part)
+
+
+#: The ``aggr`` values of ``SAGEConv`` and ``GraphConv`` that have a twin.
+AGGRS = ("mean", "sum", "add", "max")
+
+
+def sage(path: str, conv: Any, c: Conversion) -> nn.Module:
+    if conv.aggr not in AGGRS:
+        raise refuse(
+            path, conv, f"aggr={conv.aggr!r}: only the mean, sum and max aggregations have a twin"
+        )
+    check(
+        path,
+        conv,
+        ((f"flow={conv.flow!r}", conv.flow != "source_to_target"),),
+        "is not supported",
+    )
+    return SAGEConvTwin(conv, c.part)
+
+
+def graphconv(path: str, conv: Any, c: Conversion) -> nn.Module:
+    if conv.aggr not in AGGRS:
+        raise refuse(
+            path, conv, f"aggr={conv.aggr!r}: only the mean, sum and max aggregations have a twin"
+        )
+    check(
+        path,
+        conv,
+        (
+            ("bipartite input (a tuple of in_channels)", isinstance(conv.in_channels, tuple)),
+            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
+        ),
+        "is not supported",
+    )
+    return GraphConvTwin(conv, c.part)
+
+
+def gat(path: str, conv: Any, c: Conversion) -> nn.Module:
+    if conv.edge_dim is not None:
+        return gat_edges(path, conv, c)
+    if "gat" not in layer_kinds():
+        raise refuse(path, conv, "fullgraph has no gat layer kind in this installation")
+    from fullgraph.models.layers.gat import NEGATIVE_SLOPE
+
+    check(
+        path,
+        conv,
+        (
+            ("bipartite input (a tuple of in_channels)", conv.lin is None),
+            ("add_self_loops=False", not conv.add_self_loops),
+            (f"negative_slope={conv.negative_slope}", conv.negative_slope != NEGATIVE_SLOPE),
+            (f"aggr={conv.aggr!r}", conv.aggr != "add"),
+            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
+        ),
+        "is not supported by the gat layer kind",
+    )
+    c.gat_count += 1
+    return gat_twin_class()(conv, c.part, c.gat_count - 1)
+
+
+def gat_edges(path: str, conv: Any, c: Conversion) -> nn.Module:
+    fill = conv.fill_value
+    check(
+        path,
+        conv,
+        (
+            ("bipartite input (a tuple of in_channels)", conv.lin is None),
+            ("add_self_loops=False", not conv.add_self_loops),
+            (
+                f"fill_value={fill!r}",
+                not (isinstance(fill, (int, float)) or fill in ("mean", "add")),
+            ),
+            (f"aggr={conv.aggr!r}", conv.aggr != "add"),
+            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
+        ),
+        "is not supported with edge_dim",
+    )
+    c.gat_count += 1
+    return GATConvEdgeTwin(conv, c.part, c.gat_count - 1)
+
+
+def gin(path: str, conv: Any, c: Conversion) -> nn.Module:
+    check_sum_flow(path, conv)
+    return GINConvTwin(conv, c.part)
+
+
+def batch_norm(path: str, bn: Any, c: Conversion) -> nn.Module:
+    check(
+        path,
+        bn,
+        (
+            ("affine=False", not bn.affine),
+            ("track_running_stats=False", not bn.track_running_stats),
+            ("momentum=None (cumulative average)", bn.momentum is None),
+        ),
+        "is not supported",
+    )
+    return BatchNormTwin(bn, c.part)
+
+
+def dropout(path: str, module: Any, c: Conversion) -> nn.Module:
+    if not 0.0 <= module.p < 1.0:
+        raise refuse(path, module, f"p={module.p}: the drop probability must be below 1")
+    return HashedDropout(module.p)
+
+
+def pyg_batch_norm(path: str, module: Any, c: Conversion) -> bool:
+    if module.allow_single_element:
+        raise refuse(path, module, "allow_single_element=True is not supported")
+    return True
+
+
+def pyg_layer_norm(path: str, module: Any, c: Conversion) -> bool:
+    if module.mode != "node":
+        raise refuse(
+            path,
+            module,
+            f"mode={module.mode!r}: {WHOLE_GRAPH}; use mode='node' (each node on its own)",
+        )
+    return False
+
+
+def per_row(path: str, module: Any, c: Conversion) -> bool:
+    if len(module.normalized_shape) != 1:
+        raise refuse(path, module, "normalized_shape must be the feature width alone")
+    return False
+
+
+def softmax(path: str, module: Any, c: Conversion) -> bool:
+    if module.dim not in (None, -1, 1):
+        raise refuse(path, module, f"dim={module.dim} mixes nodes (use dim=-1)")
+    return False
+
+
+def keep(path: str, module: nn.Module, c: Conversion) -> bool:
+    return False
+
+
+def walk(path: str, module: nn.Module, c: Conversion) -> bool:
+    return True
+
+
+def trim(path: str, module: nn.Module, c: Conversion) -> nn.Module:
+    return TrimToLayerTwin()
+
+
+def refuser(why: str) -> Handler:
+    def refuse(path: str, module: nn.Module, c: Conversion) -> bool:
+        raise refuse(path, module, why)
+
+    return refuse
+
+
+def ours(path: str, module: nn.Module, c: Conversion) -> bool:
+    """A module the user defined (not torch's or PyG's): kept, its children looked at."""
+    name = type(module).__module__
+    if name.startswith("torch.") or name.startswith("torch_geometric."):
+        raise refuse(path, module, "not known to act on every node's row alone")
+    return True
