@@ -43,8 +43,8 @@ from fullgraph.distributed import exchange_slices as slicing
 from fullgraph.distributed.communicator import Communicator, PendingExchange
 from fullgraph.distributed.compression import BACKWARD, FORWARD, HaloCompression, record_bytes
 from fullgraph.distributed.exchange_slices import ExchangeSlice
-from fullgraph.distributed.halo_overlap import aggregate_rows, exchange_halo_gradients
-from fullgraph.kernels import CSRMatrix, spmm, spmm_add_
+from fullgraph.distributed.split_operator import SplitOperator
+from fullgraph.kernels import spmm, spmm_exact
 from fullgraph.precision import FLOAT32, Precision
 
 if TYPE_CHECKING:
@@ -300,95 +300,127 @@ class HaloExchange(torch.autograd.Function):
         return plan.scatter_back(grad, received), None, None
 
 
-@dataclass
-class SplitOperator:
-    """A local aggregation operator split by column block, with transposes for backward.
+def aggregate_rows(
+    h: torch.Tensor, op: SplitOperator, plan: HaloPlan, key: tuple[int, int] | None
+) -> torch.Tensor:
+    """``A_inner @ h + A_halo @ halo(h)`` without autograd, the exchange overlapped.
 
-    Attributes:
-        inner: rows = inner nodes, columns = inner nodes.
-        halo: rows = inner nodes, columns = halo nodes (``None`` without halo).
+    The exchange of slice ``k + 1`` is in flight while the halo product of slice ``k`` is
+    added, so at most two slices' send and receive buffers are alive at once
+    (:meth:`HaloPlan.slices`); each is released as soon as it is used.
+
+    Args:
+        h: rows of the inner nodes, float [num_inner, W].
+        op: the split operator.
+        plan: the exchange plan.
+        key: the exchange's key from :meth:`HaloPlan.next_key` (``None``: float32).
+
+    Returns:
+        A new tensor, float [num_inner, W] (float32 for 16-bit rows, summed in float64).
     """
+    h = plan.rows_in(h)
+    if h.dtype == torch.bfloat16:
+        return _aggregate_bf16(h, op, plan, key)
+    if plan.comm.size == 1:
+        return spmm(op.inner, h)
+    return _overlapped(h, plan, key, lambda: spmm(op.inner, h), op.add_halo_product)
 
-    inner: CSRMatrix
-    halo: CSRMatrix | None
 
-    def __post_init__(self) -> None:
-        self.inner_t = self.inner.t()
-        self.halo_t = self.halo.t() if self.halo is not None else None
-        self._pieces: dict[tuple[int, int], tuple[torch.Tensor, CSRMatrix, CSRMatrix]] = {}
-        self._slots: tuple[torch.Tensor, torch.Tensor, CSRMatrix | None] | None = None
+def _overlapped(
+    h: torch.Tensor,
+    plan: HaloPlan,
+    key: tuple[int, int] | None,
+    inner: Callable[[], torch.Tensor],
+    add: Callable[[torch.Tensor, torch.Tensor, ExchangeSlice], object],
+) -> torch.Tensor:
+    """``y = inner()`` while the first slice of ``h``'s halo rows is in flight, then
+    ``add(y, halo, slice)`` for every slice as it lands, the next one in flight meanwhile (at
+    most two slices' buffers alive at any time); returns ``y``."""
+    pieces = plan.slices(int(h.shape[1]), key, FORWARD)
+    pending: PendingExchange | DecodingExchange | None = plan.start_forward(h, key, pieces[0])
+    y = inner()
+    for k, piece in enumerate(pieces):
+        following = plan.start_forward(h, key, pieces[k + 1]) if k + 1 < len(pieces) else None
+        assert pending is not None
+        halo = pending.wait()
+        pending = following
+        add(y, halo, piece)
+        del halo  # released before the next slice is received
+    return y
 
-    def halo_slots(self) -> tuple[torch.Tensor, torch.Tensor, CSRMatrix | None]:
-        """``(rows, slot, compact)``: the inner rows with halo entries (ascending), each inner
-        row's index among them (``-1`` for the others), and the halo block of those rows only
-        (``None`` without halo); built on first use, kept. An exact bf16 aggregation keeps
-        those rows' sums in float64 until their halo terms are in."""
-        if self._slots is None:
-            n = self.inner.num_rows
-            slot = torch.full((n,), -1, dtype=torch.int64, device=self.inner.device)
-            if self.halo is None:
-                rows = torch.zeros(0, dtype=torch.int64, device=self.inner.device)
-                compact = None
-            else:
-                rows, compact = self.halo.without_empty_rows()
-                slot[rows] = torch.arange(rows.numel(), device=slot.device)
-            self._slots = (rows, slot, compact)
-        return self._slots
 
-    def _piece(self, piece: ExchangeSlice) -> tuple[torch.Tensor, CSRMatrix, CSRMatrix]:
-        """Slice ``piece``'s halo columns: the inner rows they reach, those rows' block, and
-        the block's transpose (built on first use, kept; nothing of ``num_inner`` rows)."""
-        key = (piece.count, piece.index)
-        if key not in self._pieces:
-            assert self.halo is not None
-            block = self.halo.select_columns(piece.halo_rows.to(self.halo.device))
-            rows, compact = block.without_empty_rows()
-            self._pieces[key] = (rows, compact, block.transposed())
-        return self._pieces[key]
+def _aggregate_bf16(
+    h: torch.Tensor, op: SplitOperator, plan: HaloPlan, key: tuple[int, int] | None
+) -> torch.Tensor:
+    """:func:`aggregate_rows` of bfloat16 rows, exact: every row summed in float64 and rounded
+    once to float32 (:func:`~fullgraph.kernels.spmm_exact`); the rows with halo terms stay in
+    float64 until those are in, so any order of a row's terms gives one process's result."""
+    rows, slot, _ = op.halo_slots()
+    partial = torch.empty((rows.numel(), h.shape[1]), dtype=torch.float64, device=h.device)
+    if plan.comm.size == 1:
+        return spmm_exact(op.inner, h, slot, partial)
 
-    def halo_transpose(self, piece: ExchangeSlice | None) -> CSRMatrix | None:
-        """``A_halo^T`` restricted to the halo rows slice ``piece`` brings (all for ``None``):
-        rows = those halo rows, columns = inner rows."""
-        if self.halo is None:
-            return None
-        if piece is None:
-            return self.halo_t
-        return self._piece(piece)[2]
+    def add(y: torch.Tensor, halo: torch.Tensor, piece: ExchangeSlice) -> None:
+        # a compressed exchange decodes to float32: round it as the sender's rows were
+        op.add_halo_partial(partial, plan.rows_in(halo), piece)
 
-    def add_halo_product(
-        self, y: torch.Tensor, halo: torch.Tensor, piece: ExchangeSlice | None = None
-    ) -> torch.Tensor:
-        """``y += A_halo @ halo`` in place (:func:`~fullgraph.kernels.spmm_add_`: no
-        temporary on the CPU, row blocks of at most 8 MB elsewhere).
+    y = _overlapped(h, plan, key, lambda: spmm_exact(op.inner, h, slot, partial), add)
+    if rows.numel():
+        y.index_copy_(0, rows, partial.float())
+    return y
 
-        Args:
-            y: the inner product, float [num_inner, W] (modified).
-            halo: the halo rows (of slice ``piece``), float [rows, W].
-            piece: the slice ``halo`` holds, or ``None`` for all halo rows.
 
-        Returns:
-            ``y``.
-        """
-        if self.halo is None or halo.shape[0] == 0:
-            return y
-        if piece is None:
-            return spmm_add_(y, self.halo, halo)
-        rows, compact, _ = self._piece(piece)
-        return spmm_add_(y, compact, halo, rows.to(y.device))
+def accumulate_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """``torch.float32`` for 16-bit rows (their sums stay float32), else ``None`` (their own)."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else None
 
-    def add_halo_partial(
-        self, partial: torch.Tensor, halo: torch.Tensor, piece: ExchangeSlice | None = None
-    ) -> torch.Tensor:
-        """``partial += A_halo @ halo`` over the rows of :meth:`halo_slots` only (``partial``
-        float64 [len(rows), W], ``halo`` bfloat16): the halo terms of an exact aggregation."""
-        if self.halo is None or halo.shape[0] == 0:
-            return partial
-        _, slot, compact = self.halo_slots()
-        if piece is None:
-            assert compact is not None
-            return spmm_add_(partial, compact, halo)
-        rows, block, _ = self._piece(piece)
-        return spmm_add_(partial, block, halo, slot[rows.to(slot.device)])
+
+def exchange_halo_gradients(
+    grad_y: torch.Tensor,
+    op: SplitOperator,
+    plan: HaloPlan,
+    key: tuple[int, int] | None,
+    inner: Callable[[], None],
+    receive: Callable[[torch.Tensor, torch.Tensor], None],
+) -> None:
+    """The reverse exchange of an aggregation: ``A_halo^T dY`` goes to the halo rows' owners.
+
+    ``inner()`` runs while the first slice is in flight (the caller's ``A_inner^T dY`` work);
+    then, slice by slice (the next one in flight), ``receive(rows, index)`` gets the gradient
+    rows other ranks computed for this rank's inner rows ``index`` (int64; an index may
+    repeat across calls, never within one). One process: ``inner()`` only.
+
+    Args:
+        grad_y: the gradient of the aggregation's output, float [num_inner, W], contiguous.
+        op: the split operator.
+        plan: the exchange plan.
+        key: the forward exchange's key (selects the backward codec).
+        inner: the work overlapped with the exchange.
+        receive: consumes one slice's received rows.
+    """
+    if plan.comm.size == 1:
+        inner()
+        return
+    pieces = plan.slices(int(grad_y.shape[1]), key, BACKWARD)
+
+    def start(k: int) -> PendingExchange | DecodingExchange:
+        a_t = op.halo_transpose(pieces[k])
+        if a_t is None:
+            rows = grad_y.new_zeros((0, grad_y.shape[1]))
+        else:
+            rows = spmm(a_t, grad_y, accumulate_dtype(grad_y.dtype))
+        return plan.start_backward(rows, key, pieces[k])  # holds ``rows`` until sent
+
+    pending: PendingExchange | DecodingExchange | None = start(0)
+    inner()
+    for k, piece in enumerate(pieces):
+        following = start(k + 1) if k + 1 < len(pieces) else None
+        assert pending is not None
+        received = pending.wait()
+        pending = following
+        if received.shape[0]:
+            receive(received, plan.inner_rows(piece).to(received.device))
+        del received
 
 
 class HaloAggregate(torch.autograd.Function):

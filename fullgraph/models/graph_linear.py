@@ -21,11 +21,10 @@ What it holds, for ``n`` inner rows (the memory model of ``fullgraph plan`` coun
 
 Under ``--precision bf16-mixed`` (the plan's ``row_dtype`` is bfloat16) the forward products
 read ``h``, ``W``, ``R`` and ``M`` in bfloat16 (``Z`` and the kept ``M`` are bfloat16), the
-aggregation sums bfloat16 rows exactly
-(:func:`~fullgraph.distributed.halo_overlap.aggregate_rows`) and the output is float32. The
-backward pass is the float32 one: its sums (``A^T dY`` with the halo partial sums, ``dY^T h``)
-are split differently by P ranks, and rounding them to bfloat16 would make P ranks differ from
-one process (docs/train.md, "Precision").
+aggregation sums bfloat16 rows exactly (:func:`~fullgraph.distributed.halo.aggregate_rows`) and
+the output is float32. The backward pass is the float32 one: its sums (``A^T dY`` with the halo
+partial sums, ``dY^T h``) are split differently by P ranks, and rounding them to bfloat16 would
+make P ranks differ from one process (docs/train.md, "Precision").
 """
 
 from __future__ import annotations
@@ -36,8 +35,9 @@ from typing import Any
 
 import torch
 
-from fullgraph.distributed.halo import HaloPlan, SplitOperator
-from fullgraph.distributed.halo_overlap import (
+from fullgraph.distributed.halo import (
+    HaloPlan,
+    SplitOperator,
     accumulate_dtype,
     aggregate_rows,
     exchange_halo_gradients,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -41,6 +41,9 @@ from torch.overrides import TorchFunctionMode
 from fullgraph.errors import ConfigError
 from fullgraph.models.dropout import hashed_dropout
 from fullgraph.models.mixed_linear import mixed_linear
+
+if TYPE_CHECKING:
+    from fullgraph.pyg.part_data import PartGraph
 
 
 def _binder(*names: str) -> Callable[[tuple, dict[str, Any]], tuple[Any, float, bool, bool]]:
@@ -128,7 +131,7 @@ def call_site() -> str:
     return f"{path}:{frame.f_lineno}"
 
 
-def drop(part: Any, x: torch.Tensor, p: float, training: bool, name: str) -> torch.Tensor:
+def drop(part: PartGraph, x: torch.Tensor, p: float, training: bool, name: str) -> torch.Tensor:
     """``x`` after inverted dropout with hashed masks (the next dropout call index of ``part``).
 
     Node rows (``x.shape[0]`` is the part's inner node count; trailing dimensions are the
@@ -206,7 +209,7 @@ class ForwardCalls(TorchFunctionMode):
         training: the pass trains (random draws are refused).
     """
 
-    def __init__(self, part: Any, training: bool) -> None:
+    def __init__(self, part: PartGraph, training: bool) -> None:
         super().__init__()
         self.part, self.training = part, training
         self.row_dtype: torch.dtype | None = part.plan.row_dtype

@@ -15,12 +15,15 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from fullgraph.pyg.node_rows import RULES, Call, NodeRows, plain, tag
+
+if TYPE_CHECKING:
+    from fullgraph.pyg.part_data import PartGraph
 
 Rule = Callable[[Call], Any]
 
@@ -45,7 +48,7 @@ def global_value(share: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
     return GlobalValue.apply(share, total) if share.requires_grad else total
 
 
-def all_sum(part: Any, *values: torch.Tensor) -> list[torch.Tensor]:
+def all_sum(part: PartGraph, *values: torch.Tensor) -> list[torch.Tensor]:
     """Each of ``values`` summed over the ranks, in float64 on the CPU (one all-reduce)."""
     flat = [v.detach().double().cpu().reshape(-1) for v in values]
     summed = part.comm.allreduce_(torch.cat(flat), "sum", tag="metrics")

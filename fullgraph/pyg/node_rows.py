@@ -29,11 +29,14 @@ model's forward pass never sees the tag (its inputs are unwrapped), so it costs 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fullgraph.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fullgraph.pyg.part_data import PartGraph
 
 #: The fix a refusal names.
 #: torch function or method -> its rule over node rows, filled by
@@ -54,7 +57,7 @@ class NodeRows(torch.Tensor):
         fullgraph_rows: dim 0 is the node axis (else only the elements are split by nodes).
     """
 
-    fullgraph_part: Any
+    fullgraph_part: PartGraph
     fullgraph_rows: bool
 
     @classmethod
@@ -105,7 +108,7 @@ class Call:
         rows: every tagged argument has its node axis at dim 0.
     """
 
-    def __init__(self, func: Any, args: tuple, kwargs: dict, part: Any, rows: bool) -> None:
+    def __init__(self, func: Any, args: tuple, kwargs: dict, part: PartGraph, rows: bool) -> None:
         self.func, self.args, self.kwargs, self.part, self.rows = func, args, kwargs, part, rows
 
     @property
@@ -161,7 +164,7 @@ def name_of(func: Any) -> str:
     return f"{module.replace('torch._C._linalg', 'torch.linalg') or 'torch'}.{name}"
 
 
-def tag(t: torch.Tensor, part: Any, rows: bool = True) -> NodeRows:
+def tag(t: torch.Tensor, part: PartGraph, rows: bool = True) -> NodeRows:
     """``t`` as node rows of ``part`` (the same storage and autograd history)."""
     out = t if isinstance(t, NodeRows) else t.as_subclass(NodeRows)
     out.fullgraph_part, out.fullgraph_rows = part, rows
@@ -186,7 +189,7 @@ def plain_call(func: Any, args: tuple, kwargs: dict) -> Any:
         return func(*plain(args), **plain(kwargs))
 
 
-def tag_outputs(output: Any, part: Any) -> Any:
+def tag_outputs(output: Any, part: PartGraph) -> Any:
     """Every tensor of a model ``output`` with one row per node of ``part``, tagged."""
     if isinstance(output, torch.Tensor):
         rows = output.dim() > 0 and output.shape[0] == part.num_inner
@@ -200,7 +203,7 @@ def tag_outputs(output: Any, part: Any) -> Any:
     return output
 
 
-def watch(model: Any, data: Any, part: Any) -> None:
+def watch(model: Any, data: Any, part: PartGraph) -> None:
     """Tag the outputs of converted ``model`` and ``data``'s labels and masks as node rows of
     ``part``; the model's forward pass receives its inputs untagged (no dispatch inside)."""
 
@@ -227,7 +230,7 @@ def _tensors(args: tuple, kwargs: dict) -> list[Any]:
     return found
 
 
-def _retag(result: Any, part: Any, rows: bool) -> Any:
+def _retag(result: Any, part: PartGraph, rows: bool) -> Any:
     if isinstance(result, torch.Tensor):
         return tag(result, part, rows)
     if isinstance(result, (tuple, list)):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from fullgraph.pyg import handlers as h
+import fullgraph.pyg.handlers as h
 from fullgraph.pyg.edge_twins import GATConvEdgeTwin, GINEConvTwin
 from fullgraph.pyg.rule import WHOLE_GRAPH, Conversion, Rule, refuse
 from fullgraph.pyg.twins import (
