@@ -21,7 +21,8 @@ averaged) and ``ext = k (w + 2)`` columns of ``[x W | a_src . x' | a_dst . x']``
 
 from __future__ import annotations
 
-from fullgraph.memory.replay import F32, I64, RankReplay
+from fullgraph.memory.ledger import F32, I64
+from fullgraph.memory.replay import RankReplay
 
 
 class GATRank(RankReplay):

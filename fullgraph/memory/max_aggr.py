@@ -19,7 +19,8 @@ Per layer ``i`` with input width ``d`` and output width ``o``:
 
 from __future__ import annotations
 
-from fullgraph.memory.replay import F32, I32, I64, RankReplay
+from fullgraph.memory.ledger import F32, I32, I64
+from fullgraph.memory.replay import RankReplay
 
 
 class MaxRank(RankReplay):

@@ -57,30 +57,27 @@ window (:data:`~fullgraph.training.inference.WRITE_WINDOW_BYTES`) of rows gather
 transformed and of the file mapped. Nothing is saved for a backward pass and there are no
 gradients, so predict's peak lies below the training peak of the same model and parts
 (``tests/training/test_predict_plan.py`` compares them; docs/predict.md has measured peaks).
-Covered: ``--model gcn``, ``sage``, ``gin``, ``graphconv`` (:mod:`fullgraph.memory.replay`),
-``gat`` (:mod:`fullgraph.memory.gat`) and ``sage`` / ``graphconv`` with ``--aggr max``
-(:mod:`fullgraph.memory.max_aggr`), with ``--norm`` and ``--residual``, dense input
-features (:func:`check_modelled` says what is not).
+Covered: every layer kind whose :attr:`~fullgraph.models.layers.GraphLayer.replay` family has a
+replay (:data:`REPLAYS`): ``--model gcn``, ``sage``, ``gin``, ``graphconv``
+(:mod:`fullgraph.memory.linear`), ``gat`` (:mod:`fullgraph.memory.gat`) and ``sage`` /
+``graphconv`` with ``--aggr max`` (:mod:`fullgraph.memory.max_aggr`), with ``--norm`` and
+``--residual``, dense input features (:func:`check_modelled` says what is not).
 """
 
 from __future__ import annotations
 
 import resource
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fullgraph.errors import ConfigError
 from fullgraph.memory.gat import GATRank
+from fullgraph.memory.ledger import TERMS, Ledger
+from fullgraph.memory.linear import LinearRank
 from fullgraph.memory.max_aggr import MaxRank
-from fullgraph.memory.replay import (
-    TERMS,
-    GraphShape,
-    PartShape,
-    RankReplay,
-    parameter_count,
-    widths,
-)
-from fullgraph.models.layers import layer_class
+from fullgraph.memory.replay import RankReplay, parameter_count, widths
+from fullgraph.memory.shapes import GraphShape, PartShape
+from fullgraph.models.layers import joined, kinds_with, layer_class, layer_kinds
 from fullgraph.training.config import TrainConfig
 from fullgraph.training.inference import inference_config
 
@@ -123,17 +120,19 @@ class Prediction:
         return sum(self.terms.values())
 
 
+#: The replay of every family of layer kinds (:attr:`~fullgraph.models.layers.GraphLayer.replay`).
+REPLAYS: dict[str, type[RankReplay]] = {"linear": LinearRank, "attention": GATRank, "max": MaxRank}
+
+
 def check_modelled(cfg: TrainConfig) -> None:
     """Refuse the configurations the model does not cover (one line).
 
     Raises:
-        ConfigError: a layer kind other than gcn / sage / gat / gin / graphconv.
+        ConfigError: a layer kind whose replay family has no replay here (:data:`REPLAYS`).
     """
-    if cfg.model not in ("gcn", "sage", "gat", "gin", "graphconv"):
-        raise ConfigError(
-            "the memory model covers --model gcn, sage, gat, gin and graphconv, not --model "
-            f"{cfg.model}"
-        )
+    if cfg.model not in layer_kinds() or layer_class(cfg.model).replay not in REPLAYS:
+        covered = joined(kinds_with(lambda c: c.replay in REPLAYS))
+        raise ConfigError(f"the memory model covers --model {covered}, not --model {cfg.model}")
 
 
 #: What is replayed: ``fullgraph train``'s set-up, step and evaluation, or ``fullgraph
@@ -175,16 +174,14 @@ REPLAYED_LAYERS = 128
 
 def _replay(
     part: PartShape, graph: GraphShape, cfg: TrainConfig, floor: int, mode: str = "train"
-) -> Any:
+) -> Ledger:
     check_modelled(cfg)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     predicting = mode == "predict"
     if predicting:
         cfg = inference_config(cfg)
-    replay = GATRank if cfg.model == "gat" else RankReplay
-    if getattr(layer_class(cfg.model).variant(cfg.layer_options()), "aggr", None) == "max":
-        replay = MaxRank
+    replay = REPLAYS[layer_class(cfg.model).variant(cfg.layer_options()).replay]
     rank = replay(part, graph, cfg, floor, predicting)
     rank.setup()
     if predicting:

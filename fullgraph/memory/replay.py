@@ -1,204 +1,31 @@
-"""The replay behind the memory model (:mod:`fullgraph.memory.model`): a ledger of
-live buffers and one rank's set-up, training step and evaluation (or ``fullgraph predict``'s
-pass), buffer by buffer, for the GCN / SAGE / GIN layers (GAT: :mod:`fullgraph.memory.gat`), with
-``--norm`` and ``--residual`` between the layers."""
+"""The replay behind the memory model (:mod:`fullgraph.memory.model`): one rank's set-up,
+training step and evaluation (or ``fullgraph predict``'s pass), buffer by buffer into a
+:class:`~fullgraph.memory.ledger.Ledger`, with ``--norm`` and ``--residual`` between the
+layers. :class:`RankReplay` holds what every stack shares (the exchanges, the step, the
+evaluation, predict's writes); the layers and the set-up of their operator are a replay family's
+(a layer kind's :attr:`~fullgraph.models.layers.GraphLayer.replay`): ``linear``
+(:mod:`fullgraph.memory.linear`: GCN, SAGE, GIN, GraphConv), ``attention``
+(:mod:`fullgraph.memory.gat`) and ``max`` (:mod:`fullgraph.memory.max_aggr`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fullgraph.distributed.exchange_slices import slice_count
-from fullgraph.models.graph_linear import BLOCK_ELEMENTS  # the row blocks the layer body uses
+from fullgraph.memory.ledger import F32, I64, TERMS, Ledger
+from fullgraph.memory.shapes import GraphShape, PartShape
 from fullgraph.models.layers import layer_class
 from fullgraph.training.config import TrainConfig
 from fullgraph.training.inference import WRITE_WINDOW_BYTES, window_rows
 
 if TYPE_CHECKING:
-    from fullgraph.partition import Partition
+    from fullgraph.models.gnn import GNN
 
-F32, I64, I32 = 4, 8, 4
-BF16, F64 = 2, 8
-#: Transient bytes per stored entry of building one transpose (:meth:`CSRMatrix.t`): the
-#: entry permutation (int32), scipy's CSC copy (int32 ids and permuted values), the order as
-#: int64, the transposed ids as int64 then int32, the permuted values.
-TRANSPOSE_BYTES_PER_ENTRY = 4 + 8 + 8 + 8 + 4 + 4
-#: Terms in the order they are printed, with their labels.
-TERMS = {
-    "structure": "graph structure",
-    "features": "features",
-    "saved": "saved activations",
-    "working": "layer temporaries",
-    "halo": "halo buffers in flight",
-    "optimizer": "gradients + optimiser state",
-    "compression": "compression residuals",
-    "floor": "process floor",
-}
+__all__ = ["TERMS", "GraphShape", "PartShape", "RankReplay", "parameter_count", "widths"]
 
 
-@dataclass(frozen=True)
-class PartShape:
-    """The sizes of one part the model needs (all in ``meta.json``).
-
-    Attributes:
-        rank: the part.
-        num_inner: ``n``, rows the rank owns.
-        num_halo: ``h``, rows it receives per exchange.
-        num_edges: ``e``, stored in-edges of its rows.
-        num_send: ``S``, rows it sends per exchange.
-        num_train: ``t``, its training rows.
-        halo_edges: ``e_h``, its edges from halo rows (estimated: ``edge_cut * e / E``).
-    """
-
-    rank: int
-    num_inner: int
-    num_halo: int
-    num_edges: int
-    num_send: int
-    num_train: int
-    halo_edges: int
-
-
-@dataclass(frozen=True)
-class GraphShape:
-    """The sizes of a partition the model needs, from its ``meta.json``."""
-
-    dataset: str
-    num_parts: int
-    num_features: int
-    num_classes: int
-    parts: tuple[PartShape, ...]
-    #: the parts store edge weights (``4 e``) and weighted in-degrees (``8 (n + h)``)
-    edge_weight: bool = False
-    #: width ``F_e`` of the stored edge feature rows (``4 e F_e``; 0: none)
-    edge_dim: int = 0
-
-    def edge_value_bytes(self, part: PartShape) -> int:
-        """Bytes of ``part``'s stored edge values as loaded (``edge_weight``, ``in_weight``,
-        ``edge_attr``)."""
-        e, local = part.num_edges, part.num_inner + part.num_halo
-        weights = (4 * e + 8 * local) if self.edge_weight else 0
-        return weights + 4 * e * self.edge_dim
-
-    @property
-    def max_rows(self) -> int:
-        """The most rows any rank sends or receives in one exchange (sets the slice count)."""
-        return max((max(p.num_send, p.num_halo) for p in self.parts), default=0)
-
-    @classmethod
-    def from_meta(cls, meta: dict[str, Any]) -> GraphShape:
-        """The shape of a checked ``meta.json`` (:func:`fullgraph.partition.read_meta`)."""
-        total = max(int(meta["num_edges"]), 1)
-        cut = int(meta["edge_cut"])
-        parts = []
-        for r, p in enumerate(meta["parts"]):
-            sent = meta["files"].get(f"part-{r}/send_index.npy", {}).get("shape", [0])[0]
-            e = int(p["num_edges"])
-            parts.append(
-                PartShape(
-                    rank=r,
-                    num_inner=int(p["num_inner"]),
-                    num_halo=int(p["num_halo"]),
-                    num_edges=e,
-                    num_send=int(p.get("num_send", sent)),
-                    num_train=int(p["num_train"]),
-                    halo_edges=min(e, math.ceil(cut * e / total)),
-                )
-            )
-        return cls(
-            dataset=str(meta["dataset"]),
-            num_parts=int(meta["num_parts"]),
-            num_features=int(meta["num_features"]),
-            num_classes=int(meta["num_classes"]),
-            parts=tuple(parts),
-            edge_weight=bool(meta.get("edge_weight", False)),
-            edge_dim=int(meta.get("edge_dim", 0)),
-        )
-
-    @classmethod
-    def from_part(cls, part: Partition, dataset: str = "") -> GraphShape:
-        """The shape of a one-rank job's part (a whole graph: no halo, nothing sent)."""
-        return cls(
-            dataset=dataset,
-            num_parts=1,
-            num_features=int(part.num_features),
-            num_classes=int(part.num_classes),
-            parts=(
-                PartShape(
-                    rank=0,
-                    num_inner=int(part.num_inner),
-                    num_halo=0,
-                    num_edges=int(part.num_edges),
-                    num_send=0,
-                    num_train=int(part.train_mask.sum()),
-                    halo_edges=0,
-                ),
-            ),
-            edge_weight=part.edge_weight is not None,
-            edge_dim=int(part.edge_dim),
-        )
-
-
-#: The phases of the step that are not one layer's (a phase ``forward, layer 3`` is): their
-#: totals grow linearly with the depth (the loss's phase holds every saved activation), which
-#: :func:`fullgraph.memory.model.predict_quickly` extends to deeper models.
-WHOLE_MODEL_PHASES = ("setup", "forward, input dropout", "loss", "gradient all-reduce")
-
-
-@dataclass
-class Ledger:
-    """Live buffers (name -> term, bytes); keeps the largest total and its terms.
-
-    The totals are kept as buffers come and go, so that a step costs the same at any depth (a
-    replay of ``--layers 100000`` is linear in the layers, not quadratic)."""
-
-    floor: int
-    live: dict[str, tuple[str, int]] = field(default_factory=dict)
-    phase: str = "setup"
-    peak: int = -1
-    peak_terms: dict[str, int] = field(default_factory=dict)
-    peak_phase: str = ""
-    #: bytes of the live buffers of every term (the floor included)
-    terms: dict[str, int] = field(default_factory=dict)
-    #: the largest total (and its terms) in each phase of :data:`WHOLE_MODEL_PHASES`
-    phase_peaks: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.terms = dict.fromkeys(TERMS, 0)
-        self.terms["floor"] = self.floor
-
-    def add(self, name: str, term: str, nbytes: float) -> None:
-        """A buffer is created (its name must not be live)."""
-        assert term in TERMS and name not in self.live, name
-        self.live[name] = (term, int(nbytes))
-        self.terms[term] += int(nbytes)
-        self._check()
-
-    def drop(self, *names: str) -> None:
-        """Buffers are released (names not live are ignored)."""
-        for name in names:
-            if name in self.live:
-                t, b = self.live.pop(name)
-                self.terms[t] -= b
-
-    def rename(self, old: str, new: str, term: str | None = None) -> None:
-        """A buffer changes role (an in-place operation): same bytes, maybe another term."""
-        t, b = self.live.pop(old)
-        self.live[new] = (term or t, b)
-        self.terms[t] -= b
-        self.terms[term or t] += b
-
-    def _check(self) -> None:
-        total = sum(self.terms.values())
-        if self.phase in WHOLE_MODEL_PHASES and total > self.phase_peaks.get(self.phase, (-1,))[0]:
-            self.phase_peaks[self.phase] = (total, dict(self.terms))
-        if total > self.peak:
-            self.peak, self.peak_terms, self.peak_phase = total, dict(self.terms), self.phase
-
-
-def _meta_model(cfg: TrainConfig, num_features: int, num_classes: int) -> Any:
+def _meta_model(cfg: TrainConfig, num_features: int, num_classes: int) -> GNN:
     """The run's :class:`~fullgraph.models.gnn.GNN` on torch's meta device (shapes only)."""
     import torch
 
@@ -247,7 +74,9 @@ class RankReplay:
         self.p_in = cfg.resolved_input_dropout()
         self.codecs = (cfg.compress_fwd, cfg.compress_bwd) if cfg.compressed else None
         self.slice_counts: set[int] = set()
-        kind = layer_class(cfg.model).variant(cfg.layer_options())
+        #: the layer options and the kind's class under them (its traits)
+        self.options = cfg.layer_options()
+        self.kind = kind = layer_class(cfg.model).variant(self.options)
         #: the body adds ``h R^T`` (SAGE, GIN): it keeps its input in either order
         self.root = kind.root_term
         #: ReLU in place and ``Linear(out, out)`` after the body (GIN's MLP)
@@ -330,71 +159,18 @@ class RankReplay:
             led.add("part edge values", "structure", self.g.edge_value_bytes(p))
 
     def setup(self) -> None:
-        """:func:`~fullgraph.training.assembly.assemble_rank` on the loaded part."""
-        led, p, g = self.led, self.p, self.g
-        n, h, e, S = p.num_inner, p.num_halo, p.num_edges, p.num_send
-        F = g.num_features
-        led.phase = "setup"
-        self._loaded_part("part indices")
-        ep = e
-        if self.cfg.model == "gcn":  # with_self_loops (int64 ids), then the GCN weights
-            ep = e + n
-            led.add("operator ids", "structure", I64 * ep)
-            if self.cfg.edge_weight or self.cfg.improved:  # float64 weights, degrees, mask
-                led.add("weighting temporaries", "working", (2 * 8 + 1) * ep + 16 * (n + h))
-                led.drop("weighting temporaries")
-            led.add("normalisation temporaries", "working", 3 * I64 * ep)
-            led.add("operator values", "structure", F32 * ep)
-            led.drop("normalisation temporaries")
-            # rows no longer sorted by column: the stable sort and its sorted copy
-            led.add("sort temporaries", "working", 3 * I64 * ep)
-            led.add("sorted operator", "structure", (I64 + F32) * ep)
-            led.drop("sort temporaries", "operator ids", "operator values")
-            led.rename("sorted operator", "operator")
-        else:  # mean weights: one row id per entry while the values are made (GIN's ones: less)
-            led.add("row ids", "working", I64 * ep)
-            led.add("operator", "structure", F32 * ep)
-            led.drop("row ids")
-            led.add("sort check", "working", 2 * I64 * ep + ep)  # already sorted: kept
-            led.drop("sort check")
-        eh = min(p.halo_edges, ep)
-        ei = ep - eh
-        for block, entries in (("inner", ei), ("halo", eh)):  # select_columns, then int32
-            if block == "halo" and h == 0:
-                continue
-            led.add("select temporaries", "working", I64 * (n + h) + (2 * I64 + 1) * ep)
-            led.add(f"{block} block64", "structure", (I64 + F32) * entries + I64 * (n + 1))
-            led.drop("select temporaries")
-            led.add(f"{block} ids32", "structure", I32 * entries)  # with_indices(int32)
-            led.drop(f"{block} block64", f"{block} ids32")
-            led.add(f"{block} block", "structure", (I32 + F32) * entries + I64 * (n + 1))
-        led.drop("operator")
-        for block, entries, cols in (("inner", ei, n), ("halo", eh, h)):  # the transposes
-            if block == "halo" and h == 0:
-                continue
-            led.add("transpose temporaries", "working", TRANSPOSE_BYTES_PER_ENTRY * entries)
-            led.add(f"{block} transpose", "structure", (I32 + F32) * entries + I64 * (cols + 1))
-            led.drop("transpose temporaries")
-        led.add("plan send list", "structure", I64 * S)
-        self._pruned_last_layer(ep, eh)
-        led.add("dropout ids", "structure", I64 * n)
-        if self.pre:  # the first aggregation of the features, once, float32 exchange
-            self.exchange(
-                "precompute", F, S, h, None, [("first aggregate", "features", F32 * n * F)]
-            )
-            if self.bf16:  # kept in bf16 (the dtype its product reads)
-                led.add("first aggregate bf16", "features", BF16 * n * F)
-                led.drop("first aggregate")
-        led.add("nonzero count", "working", n * F)  # (x != 0), the sparse-input test
-        led.drop("nonzero count")
-        # the caller lets the part go: its ids, CSR and degrees leave (x, labels stay shared)
-        led.drop("part ids", "part indices")
-        if self.g.edge_value_bytes(p):
-            led.drop("part edge values")
-        self._parameters()
-        if self.cfg.error_feedback and self.codecs is not None:
-            self._residuals()
-        self._slice_structure(eh)
+        """:func:`~fullgraph.training.assembly.assemble_rank` on the loaded part (the family's)."""
+        raise NotImplementedError
+
+    def layer_forward(self, i: int, training: bool, rebuild: bool) -> tuple[list[str], bool]:
+        """Layer ``i``: leaves its output ``Y{i}`` live; returns the buffers it saves for the
+        backward pass and whether it also saves its input (the family's)."""
+        raise NotImplementedError
+
+    def layer_backward(self, i: int, rebuild: bool) -> None:
+        """Layer ``i``'s backward pass: from ``dY`` live to ``dh`` (the input's gradient, for
+        ``i > 0``) live (the family's)."""
+        raise NotImplementedError
 
     def _parameters(self) -> None:
         """Training: parameters, gradients and Adam's two moments. Predicting: the parameters
@@ -403,27 +179,6 @@ class RankReplay:
             self.led.add("parameters and the model file's", "optimizer", 2 * F32 * self.params)
         else:
             self.led.add("parameters, gradients, Adam moments", "optimizer", 4 * F32 * self.params)
-
-    def _pruned_last_layer(self, ep: int, eh: int) -> None:
-        """Receptive-field pruning (:mod:`fullgraph.distributed.receptive_field`): the last
-        layer's operator over the training rows, its transpose and plan. Its share of the edges
-        is taken as the training rows' share of the rows; the layers below are taken as whole
-        (on graphs of mean degree >> 1/train share they are: the training nodes' in-neighbours
-        cover almost every node)."""
-        cfg, p, led = self.cfg, self.p, self.led
-        if cfg.prune != "auto" or not self.prunable or cfg.norm == "batch":
-            return
-        n = max(p.num_inner, 1)
-        share = min(1.0, p.num_train / n)
-        if share > 0.9:
-            return
-        kept, kept_h = share * ep, share * eh
-        led.add("pruning masks", "working", ep + I64 * kept)  # entry mask, kept columns
-        blocks = 2 * ((I32 + F32) * kept + I64 * (n + 1)) + 2 * I64 * (n + 1)
-        led.add("pruned last layer", "structure", blocks + I64 * share * p.num_send)
-        led.drop("pruning masks")
-        if kept_h:
-            led.add("pruned last layer halo", "structure", I64 * (p.num_halo + 1))
 
     def _residuals(self) -> None:
         p, dims = self.p, self.dims
@@ -439,20 +194,6 @@ class RankReplay:
             if bwd != "none" and (tf or i > 0):
                 total += F32 * p.num_halo * width
         self.led.add("error-feedback residuals", "compression", total)
-
-    def _slice_structure(self, halo_edges: int) -> None:
-        """The slices' halo column blocks (built on first use, kept per slice count)."""
-        p = self.p
-        for i, (d, o) in enumerate(zip(self.dims[:-1], self.dims[1:], strict=True)):
-            if not (i == 0 and self.pre):
-                self._slices(o if (o <= d and not (i == 0 and self.pre)) else d, None)
-        for k in sorted(self.slice_counts):
-            # per slice: its halo columns' block over the rows they reach (row ids, pointers,
-            # entries) and its transpose; the slices' send and halo row lists
-            reached = min(k * p.num_inner, halo_edges)
-            nbytes = (I32 + F32) * 2 * halo_edges + 2 * I64 * reached
-            nbytes += I64 * (p.num_halo + k) + I64 * (p.num_send + p.num_halo)
-            self.led.add(f"slices of {k}", "structure", nbytes)
 
     def train_step(self) -> None:
         """One training step (:meth:`fullgraph.training.trainer.Trainer.train_step`)."""
@@ -505,130 +246,6 @@ class RankReplay:
         led.phase = "gradient all-reduce"
         led.add("all-reduce vectors", "optimizer", 2 * F32 * (self.params + 1))
         led.drop("all-reduce vectors")
-
-    def layer_forward(self, i: int, training: bool, rebuild: bool) -> tuple[list[str], bool]:
-        """Layer ``i`` of a GCN / SAGE / GIN stack (:mod:`fullgraph.models.graph_linear`): leaves
-        its output ``Y{i}`` live; returns the buffers it saves for the backward pass and
-        whether it also saves its input."""
-        led, p = self.led, self.p
-        n, h, S = p.num_inner, p.num_halo, p.num_send
-        d, o = self.dims[i], self.dims[i + 1]
-        pre = i == 0 and self.pre
-        tf = not pre and o <= d
-        codec = self._codec(0, training)
-        term = "saved" if training else "working"
-        saved: list[str] = []
-        tag = f"fwd{i}" if training else f"eval{i}"
-        if self.bf16:
-            return self._layer_forward_bf16(i, training, rebuild, codec)
-        if tf:
-            led.add(f"Z{i}", "working", F32 * n * o)
-            self.exchange(tag, o, S, h, codec, [(f"Y{i}", "working", F32 * n * o)])
-            led.drop(f"Z{i}")
-            keep_h = not (i == 0 and rebuild)
-        else:
-            if not pre:
-                self.exchange(tag, d, S, h, codec, [(f"M{i}", term, F32 * n * d)])
-                saved.append(f"M{i}")
-            led.add(f"Y{i}", "working", F32 * n * o)
-            keep_h = self.root and not (i == 0 and rebuild)
-        if self.mlp:  # ReLU in place (its output saved, also Lin2's input), then Lin2
-            led.rename(f"Y{i}", f"R{i}", term)
-            saved.append(f"R{i}")
-            led.add(f"Y{i}", "working", F32 * n * o)
-        if not training:
-            led.drop(*saved)
-        return saved, keep_h
-
-    def _layer_forward_bf16(
-        self, i: int, training: bool, rebuild: bool, codec: str | None
-    ) -> tuple[list[str], bool]:
-        """:meth:`layer_forward` under ``--precision bf16-mixed``: the input's bf16 copy, ``Z``
-        (transforming first) or the kept ``M`` (aggregating first) in bf16, the forward rows
-        sent and received in bf16, the aggregation's float64 sums of the rows with halo terms
-        (at most ``e_h`` of them) while those arrive, the output float32."""
-        led, p = self.led, self.p
-        n, h, S = p.num_inner, p.num_halo, p.num_send
-        pending = min(n, p.halo_edges) if self.g.num_parts > 1 else 0
-        d, o = self.dims[i], self.dims[i + 1]
-        pre = i == 0 and self.pre
-        tf = not pre and o <= d
-        term = "saved" if training else "working"
-        saved: list[str] = []
-        tag = f"fwd{i}" if training else f"eval{i}"
-        led.add(f"h{i} bf16", "working", BF16 * n * d)
-        if tf:
-            led.add(f"Z{i}", "working", BF16 * n * o)
-            sums = [(f"Y{i}", "working", F32 * n * o), (f"Y{i} sums", "working", F64 * pending * o)]
-            self.exchange(tag, o, S, h, codec, sums, BF16)
-            led.drop(f"Z{i}", f"Y{i} sums")
-            keep_h = not (i == 0 and rebuild)
-        else:
-            if not pre:
-                sums = [(f"M{i} f32", "working", F32 * n * d), (f"M{i} sums", "working",
-                        F64 * pending * d)]  # fmt: skip
-                self.exchange(tag, d, S, h, codec, sums, BF16)
-                led.drop(f"M{i} sums")
-                led.add(f"M{i}", term, BF16 * n * d)
-                led.drop(f"M{i} f32")
-                saved.append(f"M{i}")
-            led.add(f"Y{i} bf16", "working", BF16 * n * o)
-            led.add(f"Y{i}", "working", F32 * n * o)
-            led.drop(f"Y{i} bf16")
-            keep_h = self.root and not (i == 0 and rebuild)
-        if self.root:  # h R^T in bf16, added
-            led.add(f"root{i}", "working", BF16 * n * o)
-            led.drop(f"root{i}")
-        led.drop(f"h{i} bf16")
-        if self.mlp:  # ReLU in place (its output saved), Lin2 on its bf16 copy (kept)
-            led.rename(f"Y{i}", f"R{i}", term)
-            saved.append(f"R{i}")
-            led.add(f"R{i} bf16", term, BF16 * n * o)
-            saved.append(f"R{i} bf16")
-            led.add(f"Y{i}", "working", F32 * n * o)
-        if not training:
-            led.drop(*saved)
-        return saved, keep_h
-
-    def layer_backward(self, i: int, rebuild: bool) -> None:
-        """Layer ``i``'s backward pass: from ``dY`` live to ``dh`` (the input's gradient,
-        for ``i > 0``) live."""
-        led, p, g = self.led, self.p, self.g
-        n, h, S = p.num_inner, p.num_halo, p.num_send
-        d, o = self.dims[i], self.dims[i + 1]
-        tf = not (i == 0 and self.pre) and o <= d
-        codec = self._codec(1, True)
-        if self.mlp:  # Lin2's input gradient, then ReLU's: the body's output gradient
-            if self.bf16:  # Lin2's dW against its kept bf16 input, widened
-                led.add("R f32", "working", F32 * n * o)
-                led.drop("R f32")
-            led.add("dR", "working", F32 * n * o)
-            led.drop("dY")
-            led.add("dY body", "working", F32 * n * o)
-            led.drop("dR")
-            led.rename("dY body", "dY")
-        if i > 0:
-            led.add("dh", "working", F32 * n * d)
-        if i == 0 and rebuild and (tf or self.root):  # hashed_dropout again: mask, then rows
-            led.add("dropout mask", "working", F32 * n * self.dims[0])
-            led.add("h0 rebuilt", "working", F32 * n * self.dims[0])
-            led.drop("dropout mask")
-        if self.bf16 and not tf:  # dW = dY^T M with the bf16 M widened
-            led.add("M f32", "working", F32 * n * d)
-            led.drop("M f32")
-        if tf:  # rows of A^T dY a block at a time, received rows in blocks too
-            rows = BLOCK_ELEMENTS // max(o, 1)
-            inner = [("dY^T A block", "working", F32 * o * min(n, rows))]
-            self.exchange(f"bwd{i}", o, h, S, codec, inner)
-            if g.num_parts > 1:  # the gathered input rows and their product, per block
-                rows = BLOCK_ELEMENTS // max(o, d, 1)
-                led.add("received-row blocks", "working", 2 * F32 * max(o, d) * min(S, rows))
-            led.drop("dY^T A block", "received-row blocks")
-        elif i > 0:  # dM = dY W, then A^T dM with the reverse exchange
-            led.add("dM", "working", F32 * n * d)
-            self.exchange(f"bwd{i}", d, h, S, codec, [("A^T dM", "working", F32 * n * d)])
-            led.drop("dM", "dh")
-            led.rename("A^T dM", "dh")
 
     def _residual_forward(self, i: int) -> None:
         """``Y = layer(h) + res(h)``: the projection's rows (widths differ), then the sum."""

@@ -32,6 +32,7 @@ __all__ = [
     "LayerOptions",
     "PygExport",
     "check_options",
+    "joined",
     "kinds_with",
     "layer_class",
     "layer_kinds",
@@ -67,10 +68,15 @@ def layer_kinds() -> tuple[str, ...]:
 
 
 def kinds_with(predicate: Callable[[type[GraphLayer]], bool]) -> list[str]:
-    """The kinds whose class satisfies ``predicate``, in the order they registered (a kind
-    derived from another, GraphConv from SAGE, after it)."""
+    """The kinds whose class satisfies ``predicate``, by name, a kind derived from another
+    after those it derives from (``sage``, then ``graphconv``)."""
     _import_layer_modules()
-    return [kind for kind, cls in LAYERS.items() if predicate(cls)]
+    registered = set(LAYERS.values())
+
+    def order(kind: str) -> tuple[int, str]:
+        return (sum(c in registered for c in LAYERS[kind].__mro__[1:]), kind)
+
+    return sorted((kind for kind, cls in LAYERS.items() if predicate(cls)), key=order)
 
 
 def joined(kinds: list[str]) -> str:

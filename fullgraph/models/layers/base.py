@@ -106,7 +106,8 @@ class GraphLayer(nn.Module):
         pyg: its export to PyG, or ``None``: it has no PyG layer.
         replay: how the memory model replays the stack (:mod:`fullgraph.memory.model`):
             ``linear`` (:func:`~fullgraph.models.graph_linear.graph_linear` on an operator),
-            ``attention`` (GAT) or ``max`` (the maximum over neighbours).
+            ``attention`` (GAT) or ``max`` (the maximum over neighbours); ``None``: it does
+            not (``fullgraph plan`` refuses the kind).
         self_loops: the operator adds a self-loop to every row (GCN; the memory model replays
             the loops, the normalisation and the sort by column they need).
     """
@@ -119,7 +120,7 @@ class GraphLayer(nn.Module):
     row_mlp: ClassVar[bool] = False
     accepts: ClassVar[tuple[str, ...]] = ()
     pyg: ClassVar[PygExport | None] = None
-    replay: ClassVar[str] = "linear"
+    replay: ClassVar[str | None] = None
     self_loops: ClassVar[bool] = False
 
     def __init__(self, in_dim: int, out_dim: int) -> None:

@@ -123,6 +123,7 @@ class GCNLayer(GraphLayer):
     fresh_input_grad = True
     prunable = True
     accepts = ("edge_weight", "improved")
+    replay = "linear"
     self_loops = True
     pyg = PygExport(
         conv="GCNConv",

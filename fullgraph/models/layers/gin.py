@@ -65,6 +65,7 @@ class GINLayer(GraphLayer):
     prunable = True
     root_term = True
     row_mlp = True
+    replay = "linear"
     pyg = PygExport(
         conv="GINConv",
         name="GIN",

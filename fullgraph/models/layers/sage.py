@@ -69,6 +69,7 @@ class SAGELayer(GraphLayer):
     prunable = True
     root_term = True
     accepts = ("aggr",)
+    replay = "linear"
     pyg = PygExport(
         conv="SAGEConv",
         name="GraphSAGE",
