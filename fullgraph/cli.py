@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import re
 import signal
 import socket
@@ -174,12 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     watchdog = Watchdog(label)
     try:
         watchdog.install()  # inside: SIGTERM may land while its thread starts
-        # Before torch loads (building the parser imports it): torch's C++ warnings (c10d's
-        # reverse look-ups of peers, each retry of a store connection) would bury the one line
-        # that names a failure; TORCH_CPP_LOG_LEVEL=INFO shows them.
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-        # Also before torch loads: GNU OpenMP reads OMP_WAIT_POLICY once, when the library is
-        # loaded (set later, a one-process run's 2 threads spun against a loaded machine).
+        # Before torch loads (building the parser imports it): GNU OpenMP reads OMP_WAIT_POLICY
+        # and c10 TORCH_CPP_LOG_LEVEL once, when they load (set later, a one-process run's 2
+        # threads spun against a loaded machine, and c10d's warnings buried the failure line).
         process_defaults()
         parser = build_parser(argv)
         args = parser.parse_args(argv)

@@ -105,9 +105,13 @@ def process_defaults() -> None:
     - ``THP_MEM_ALLOC_ENABLE=1``: torch's large CPU allocations 2 MB-aligned and backed by
       huge pages, so a fresh activation-sized tensor costs one page fault per 2 MB, not per
       4 kB (~25% off an arxiv-sized epoch here).
+    - ``TORCH_CPP_LOG_LEVEL=ERROR``: torch's C++ warnings (c10d's reverse look-ups of peers,
+      each retry of a store connection) would bury the one line that names a failure; read
+      when torch loads; ``TORCH_CPP_LOG_LEVEL=INFO`` shows them.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 
 #: ``M_MMAP_THRESHOLD``, glibc's ``mallopt`` parameter number (``malloc.h``).

@@ -9,7 +9,11 @@ A script is not started by the ``fullgraph`` command line, so this module gives 
   loaded, i.e. by ``import torch``: set afterwards it has no effect (measured, docs/pyg.md), so a
   script that imported torch first and runs several threads gets one line on rank 0 naming the
   fix (:func:`wait_policy_note`);
-- the communicator of the launcher, the process watchdog and the threads (:func:`communicator`);
+- the rank start-up of the commands (:func:`communicator`, through
+  :func:`fullgraph.run.rank_start.start_rank`): the memory policy, the threads, the process
+  watchdog's deadlines, the communicator of the launcher, and the same abort lines, labelled
+  ``fullgraph.pyg``; what is the script's own stays here: the watchdog leaves its signal
+  handling alone, and one process keeps its thread setting unless ``threads`` is given;
 - one failure policy (:func:`end_on_errors`): an uncaught fullgraph error is one line, and
   with several ranks any uncaught exception that not every rank raised alike ends the whole job
   (``MPI_Abort`` under an MPI launcher; else this rank exits and the launcher ends the others),
@@ -29,7 +33,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fullgraph.errors import (
     FullgraphError,
-    PeerUnreachable,
     is_replicated,
     one_line,
     out_of_memory,
@@ -89,36 +92,51 @@ def wait_policy_note(threads: int) -> str | None:
     return WAIT_POLICY_NOTE.format(threads=threads)
 
 
-def end_on_errors(comm: Communicator) -> None:
-    """Install the script's failure policy (see the module docstring) as ``sys.excepthook``.
+class _ScriptFailures:
+    """``sys.excepthook`` of a script's process (:func:`end_on_errors`); one per process, its
+    communicator set once the rank has one."""
 
-    An uncaught :class:`~fullgraph.errors.FullgraphError` is one line on standard error,
-    ``fullgraph.pyg: error: MESSAGE`` (no traceback). An error every rank raised alike
-    (``alike``, or marked replicated: agreed by a collective) is printed by rank 0 only and every
-    rank exits with status 1. With several ranks any other uncaught exception, Ctrl-C and
-    SIGTERM included, is printed by its rank, naming it (a traceback unless it is a fullgraph
-    error), and ends the whole job (:func:`~fullgraph.distributed.faults.abort_job`; its exit
-    status the error's ``exit_code``, e.g. 4 for a peer that stopped answering).
-    """
-    from fullgraph.distributed.faults import abort_job
+    def __init__(self, previous: Callable[..., Any], rank: int, size: int) -> None:
+        self.previous, self.rank, self.size = previous, rank, size
+        self.comm: Communicator | None = None
 
-    previous = sys.excepthook
-    rank, size = comm.rank, comm.size
+    def __call__(self, kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        from fullgraph.distributed.faults import abort_job
 
-    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
         alike = bool(getattr(value, "alike", False)) or is_replicated(value)
-        if size > 1 and not alike:
-            abort_job(comm, "", value, label=LABEL)  # never returns
+        if self.comm is not None and self.size > 1 and not alike:
+            abort_job(self.comm, "", value, label=LABEL)  # never returns
         value = out_of_memory(value) or value
         if not isinstance(value, FullgraphError):
-            previous(kind, value, tb)
+            self.previous(kind, value, tb)
             return
-        if rank == 0 or not alike:
+        if self.rank == 0 or not alike:
             sys.stderr.flush()
             # one write: the lines of several ranks sharing a pipe never interleave
             os.write(2, f"{LABEL}: error: {one_line(value)}\n".encode())
 
-    sys.excepthook = hook
+
+def end_on_errors(rank: int, size: int, comm: Communicator | None = None) -> None:
+    """Install the script's failure policy (see the module docstring) as ``sys.excepthook``,
+    or give the one installed this rank's communicator.
+
+    An uncaught :class:`~fullgraph.errors.FullgraphError` is one line on standard error,
+    ``fullgraph.pyg: error: MESSAGE`` (no traceback). An error every rank raised alike
+    (``alike``, or marked replicated: agreed by a collective, or a check made alike before the
+    communicator) is printed by rank 0 only and every rank exits with status 1. Once the rank
+    has its communicator (``comm``), with several ranks any other uncaught exception, Ctrl-C
+    and SIGTERM included, is printed by its rank, naming it (a traceback unless it is a
+    fullgraph error), and ends the whole job (:func:`~fullgraph.distributed.faults.abort_job`;
+    its exit status the error's ``exit_code``, e.g. 4 for a peer that stopped answering), as
+    :func:`~fullgraph.distributed.faults.run_on_every_rank` does for a command. Before it, a
+    rank's own error is its own line (a peer unreachable in the set-up ends the job:
+    :func:`~fullgraph.run.rank_start.start_rank`).
+    """
+    hook = sys.excepthook
+    if not isinstance(hook, _ScriptFailures):
+        hook = _ScriptFailures(sys.excepthook, rank, size)
+        sys.excepthook = hook
+    hook.rank, hook.size, hook.comm = rank, size, comm
 
 
 def alike(comm: Communicator, fn: Callable[[], T]) -> T:
@@ -135,54 +153,37 @@ def alike(comm: Communicator, fn: Callable[[], T]) -> T:
 
 
 def communicator(threads: int | None, timeout_s: float, transport: str = "auto") -> Communicator:
-    """The communicator of the launcher that started us (closed at exit); sets the threads.
+    """The communicator of the launcher that started us (closed at exit), started as a command
+    starts its rank (:func:`~fullgraph.run.rank_start.start_rank`: the memory policy, the
+    threads, the watchdog's deadlines and the set-up's abort lines, labelled ``fullgraph.pyg``).
 
     The process watchdog (:mod:`fullgraph.watchdog`, installed here unless the process has one)
     bounds the set-up and :func:`~fullgraph.pyg.load_part` by ``timeout_s`` and ends the rank
     if its launcher dies; it leaves the script's signal handling alone. The script's uncaught
-    exceptions follow :func:`end_on_errors`. Rank 0 prints :func:`wait_policy_note` when it
-    applies.
+    exceptions, the set-up's included, follow :func:`end_on_errors`. Rank 0 prints
+    :func:`wait_policy_note` when it applies.
 
     Args:
         threads: compute threads of this rank (default with several ranks: the node's cores
-            divided by its ranks).
+            divided by its ranks; one process keeps its own setting).
         timeout_s: seconds the set-up and every collective may wait for the other ranks.
         transport: ``auto`` (``mpi`` under an MPI launcher, ``gloo`` under ``torchrun``),
             ``mpi``, ``gloo`` or ``nccl``, as ``fullgraph train --transport``.
     """
-    import numba
-    import torch
-
-    from fullgraph.distributed import (
-        create_communicator,
-        default_threads,
-        detect_launch,
-        resolve_transport,
-    )
-    from fullgraph.distributed.faults import abort_setup
-    from fullgraph.watchdog import Watchdog, phase
-    from fullgraph.watchdog import current as current_watchdog
+    from fullgraph.distributed import detect_launch, resolve_transport
+    from fullgraph.run.rank_start import start_rank
+    from fullgraph.watchdog import Watchdog, current
 
     info = detect_launch()
-    watchdog = current_watchdog() or Watchdog("fullgraph.pyg").install(signals=False)
-    watchdog.attach(info, timeout_s)
-    try:
-        with phase("connection set-up"):
-            comm = create_communicator(resolve_transport(transport, info), info, timeout_s)
-    except PeerUnreachable as exc:
-        if info.size == 1:
-            raise
-        abort_setup("", info.rank, info.under_mpi, exc, label=LABEL)  # never returns
-        raise
+    end_on_errors(info.rank, info.size)  # the set-up's own errors are lines too
+    if current() is None:
+        Watchdog(LABEL).install(signals=False)
+    comm, n = start_rank(
+        LABEL, info, resolve_transport(transport, info), timeout_s, threads, keep_threads=True
+    )
     atexit.register(comm.close)
-    end_on_errors(comm)
-    if threads is not None or info.size > 1:
-        n = threads or default_threads(info)
-        # numba first: launching its OpenMP pool can reset the thread count torch reads
-        # (torch.get_num_threads() went from 1 back to 2 when torch had already run)
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-        torch.set_num_threads(n)
-    note = wait_policy_note(torch.get_num_threads())
+    end_on_errors(comm.rank, comm.size, comm)
+    note = wait_policy_note(n)
     if note is not None and comm.rank == 0:
         print(note, file=sys.stderr, flush=True)
     return comm

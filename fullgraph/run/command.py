@@ -8,10 +8,11 @@ A command is a :class:`Command` subclass with two methods of its own: :meth:`Com
 2. the options read from the command line (:meth:`Command.configure`), the transport and the
    device resolved once (:attr:`Command.transport`, :attr:`Command.device`) and checked, then
    the command's own checks, alike on every rank, so that only rank 0 prints a failure;
-3. threads per rank from the launcher's ranks per node, the communicator; from here on the
-   process watchdog (:mod:`fullgraph.watchdog`) knows the rank: it ends it when its launcher
-   dies, and when a start-up phase (the connections, then the command's own) outlasts
-   ``--timeout``;
+3. the rank start-up that ``fullgraph.pyg`` scripts share
+   (:func:`~fullgraph.run.rank_start.start_rank`): the memory policy, threads per rank from the
+   launcher's ranks per node, the communicator; from here on the process watchdog
+   (:mod:`fullgraph.watchdog`) knows the rank: it ends it when its launcher dies, and when a
+   start-up phase (the connections, then the command's own) outlasts ``--timeout``;
 4. the work itself, under one failure policy
    (:func:`~fullgraph.distributed.faults.run_on_every_rank`): bad input agreed on by every rank
    ends them all with one line; anything else on one rank aborts the job naming the rank;
@@ -26,13 +27,6 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TextIO, TypeVar
 
-from fullgraph.errors import (
-    DataError,
-    FullgraphError,
-    PartitionError,
-    PeerUnreachable,
-    mark_replicated,
-)
 from fullgraph.run.checkpoint import CheckpointDir
 from fullgraph.run.options import RunOptions, RuntimeOptions
 from fullgraph.run.outputs import RunOutputs
@@ -42,14 +36,6 @@ if TYPE_CHECKING:
     from fullgraph.precision import Precision
 
 T = TypeVar("T")
-
-
-def _set_threads(threads: int) -> None:
-    import numba
-    import torch
-
-    torch.set_num_threads(threads)
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 
 
 class Job:
@@ -191,45 +177,25 @@ class Command:
         from fullgraph.resources import process_defaults
 
         process_defaults()  # before the OpenMP pools start and the first large allocation
-        from fullgraph.distributed import (
-            check_device,
-            create_communicator,
-            default_threads,
-            detect_launch,
-            resolve_transport,
-        )
-        from fullgraph.distributed.faults import abort_setup, run_on_every_rank
-        from fullgraph.resources import release_freed_memory
-        from fullgraph.watchdog import current as current_watchdog
-        from fullgraph.watchdog import phase
+        from fullgraph.distributed import check_device, detect_launch, resolve_transport
+        from fullgraph.distributed.faults import run_on_every_rank
+        from fullgraph.run.rank_start import checked_alike, start_rank
 
-        release_freed_memory()
         self.launch = info = detect_launch()
-        try:
+        with checked_alike():  # every rank checks the same options; only rank 0 prints
             self.configure()
             self.transport = resolve_transport(self.runtime.transport, info)
             self.device = self.runtime.resolved_device(self.transport)
             check_device(self.device, self.transport)
             self.check()
-        except (FullgraphError, FileExistsError, FileNotFoundError) as exc:
-            # every rank checked the same options; files may differ between nodes
-            node_local = isinstance(exc, (DataError, PartitionError, FileNotFoundError))
-            raise mark_replicated(exc, presumed=node_local) from None
-        watchdog = current_watchdog()
-        if watchdog is not None:  # the launcher watch and the start-up deadlines from here on
-            watchdog.attach(info, self.runtime.timeout, notices=not self.io.quiet)
-        threads = self.runtime.threads or default_threads(info)
-        _set_threads(threads)
-        try:
-            with phase("connection set-up"):
-                comm = create_communicator(
-                    self.transport, info, self.runtime.timeout, label=f"fullgraph {self.name}"
-                )
-        except PeerUnreachable as exc:
-            if info.size == 1:
-                raise
-            abort_setup(self.name, info.rank, info.under_mpi, exc)
-            raise
+        comm, threads = start_rank(
+            f"fullgraph {self.name}",
+            info,
+            self.transport,
+            self.runtime.timeout,
+            self.runtime.threads,
+            notices=not self.io.quiet,
+        )
         job = Job(self.name, comm, info, threads, self.device, self.io, self.writes_model)
 
         def body() -> Any:

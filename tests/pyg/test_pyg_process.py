@@ -4,6 +4,8 @@
   the loss; over mpi and gloo) or raises ends the whole job: one line from the rank that
   noticed, ``mpirun`` non-zero, no rank left running (issue 31: rank 0 printed the timeout and
   the job never ended).
+- A rank stopped before it starts (before ``load_part``): rank 0 ends the job with the line a
+  ``fullgraph`` command prints (the rank start-up is theirs, ``run/rank_start.py``).
 - ``load_part`` of a wrong thing under ``mpirun``: one line, every rank ends with status 1.
 - ``import fullgraph.pyg`` before torch sets ``OMP_WAIT_POLICY=PASSIVE`` (it takes effect: no
   CPU spent by idle OpenMP threads); after torch it cannot, and rank 0 says so once.
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -84,6 +87,37 @@ def test_a_stalled_rank_ends_the_job(where, transport, collective, tmp_path) -> 
     assert took < 120, f"the job took {took:.0f} s"
     assert not out.exists()
     _none_left(str(out))
+
+
+#: A script whose rank 1 stops itself (SIGSTOP, as a debugger would) before ``load_part``:
+#: rank 0 is left alone in the rank start-up the commands share (run/rank_start.py).
+STOPS_BEFORE_LOAD_PART = """
+import os, signal, sys
+from conftest import build_sbm_graph
+from fullgraph import pyg
+if os.environ["PMI_RANK"] == "1":
+    os.kill(os.getpid(), signal.SIGSTOP)
+pyg.load_part(build_sbm_graph(), threads=1, timeout=float(sys.argv[1]))
+"""
+
+
+@pytest.mark.timeout(200)
+def test_a_rank_stopped_before_its_start_up_ends_the_job_as_the_cli(tmp_path) -> None:
+    """Rank 0's line is the one ``fullgraph train`` prints when a peer stopped before MPI
+    started (tests/training/test_run_faults.py), labelled ``fullgraph.pyg``; status 4."""
+    script = tmp_path / "stops_early.py"
+    script.write_text(STOPS_BEFORE_LOAD_PART)
+    env = {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    proc = run_mpi(2, [str(script), str(TIMEOUT_S)], timeout=150, expect_ok=False, env=env)
+    errors = [line for line in _errors(proc.stderr) if "error" in line]
+    assert proc.returncode == 4, proc.stderr
+    want = (
+        rf"fullgraph.pyg: error: rank 0: MPI initialisation did not finish within {TIMEOUT_S} s; "
+        r"rank 1 \(pid \d+\) is stopped"
+    )
+    assert len(errors) == 1 and re.fullmatch(want, errors[0]), proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    _none_left(str(script))
 
 
 @pytest.mark.timeout(200)

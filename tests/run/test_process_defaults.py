@@ -55,3 +55,16 @@ def test_user_wait_policy_wins() -> None:
             del os.environ["OMP_WAIT_POLICY"]
         else:
             os.environ["OMP_WAIT_POLICY"] = old
+
+
+def test_a_pyg_script_gets_the_command_lines_defaults() -> None:
+    """``import fullgraph.pyg`` before torch sets what ``fullgraph`` sets before torch loads:
+    the wait policy, huge pages and torch's C++ log level (c10d's warnings would bury the one
+    line that names a failure)."""
+    names = ("OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE", "TORCH_CPP_LOG_LEVEL")
+    probe = f"import os\nfrom fullgraph import pyg\nprint([os.environ.get(n) for n in {names}])"
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split("\n")[-2] == "['PASSIVE', '1', 'ERROR']", out.stdout
