@@ -6,5 +6,6 @@ buffers), :mod:`~fullgraph.memory.replay` (the training step replayed allocation
 on shapes) with one replay per family of layer kinds (:mod:`~fullgraph.memory.linear`,
 :mod:`~fullgraph.memory.gat`: attention's terms, :mod:`~fullgraph.memory.max_aggr`),
 :mod:`~fullgraph.memory.minibatch` (the baseline's estimate) and :mod:`~fullgraph.memory.plan`
-(the rule a run start applies: refuse, warn or off). It models the full-batch trainer, so it sits above :mod:`fullgraph.training`.
+(the rule a run start applies: refuse, warn or off). It models the full-batch trainer, so it
+sits above :mod:`fullgraph.training`.
 """

@@ -25,9 +25,12 @@ is a lower bound of the peak.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fullgraph.memory.model import TERMS, Prediction
+
+if TYPE_CHECKING:
+    from fullgraph.minibatch.config import MinibatchConfig
 
 F32, I64 = 4, 8
 
@@ -37,7 +40,7 @@ def predict_minibatch(
     num_edges: int,
     num_features: int,
     num_classes: int,
-    cfg: Any,
+    cfg: MinibatchConfig,
     ranks: int,
     ranks_per_node: int,
     floor: int,

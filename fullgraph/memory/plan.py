@@ -11,7 +11,7 @@ the whole table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fullgraph.errors import ConfigError
 from fullgraph.memory.model import (
@@ -24,6 +24,10 @@ from fullgraph.memory.model import (
     predict_quickly,
 )
 from fullgraph.training.config import TrainConfig
+
+if TYPE_CHECKING:
+    from fullgraph.datasets import Graph
+    from fullgraph.minibatch.config import MinibatchConfig
 
 MIB, GIB = 2**20, 2**30
 
@@ -235,7 +239,9 @@ def plan_line(pred: Prediction) -> str:
     return f"memory plan: rank {pred.rank} peak {mib(pred.total)} MiB in {pred.phase} ({terms} MiB)"
 
 
-def check_minibatch(graph: Any, cfg: Any, ranks: int, ranks_per_node: int, check: str) -> list[str]:
+def check_minibatch(
+    graph: Graph, cfg: MinibatchConfig, ranks: int, ranks_per_node: int, check: str
+) -> list[str]:
     """``fullgraph minibatch``'s memory check, on rank 0 once the graph is loaded (memory-mapped)
     and before the model is built: the estimate of
     :func:`~fullgraph.memory.minibatch.predict_minibatch` (a lower bound) with

@@ -31,7 +31,14 @@ from fullgraph.distributed.compression import CODECS
 from fullgraph.errors import ConfigError
 from fullgraph.metrics import METRIC_CHOICES
 from fullgraph.models.gnn import GNN
-from fullgraph.models.layers import LayerOptions, check_options, layer_kinds, option_names
+from fullgraph.models.layers import (
+    LayerOptions,
+    check_options,
+    joined,
+    kinds_with,
+    layer_kinds,
+    option_names,
+)
 from fullgraph.models.layers.sage import AGGREGATIONS
 from fullgraph.models.norm import NORMS
 from fullgraph.precision import precision_option
@@ -93,6 +100,11 @@ def _check_layers(name: str, value: int) -> None:
         )
 
 
+def _only(name: str) -> str:
+    """``gcn only``: the kinds that take layer option ``name``, for its help."""
+    return f"{joined(kinds_with(lambda c: name in c.accepts))} only"
+
+
 _CODEC_HELP = (
     "fp16/bf16 casts, intN = per-row min/scale with stochastic rounding, packed; none = float32"
 )
@@ -115,17 +127,17 @@ class TrainConfig(InputDropoutConfig, Config):
     )
     heads: int | None = option(
         None,
-        "attention heads of the hidden layers, concatenated (gat only; default 1)",
+        f"attention heads of the hidden layers, concatenated ({_only('heads')}; default 1)",
         check=OPTIONAL_POSITIVE_INT,
     )
     output_heads: int | None = option(
         None,
-        "attention heads of the last layer, averaged (gat only; default 1)",
+        f"attention heads of the last layer, averaged ({_only('output_heads')}; default 1)",
         check=OPTIONAL_POSITIVE_INT,
     )
     attention_dropout: float | None = option(
         None,
-        "dropout of the attention coefficients (gat only; default --dropout)",
+        f"dropout of the attention coefficients ({_only('attention_dropout')}; default --dropout)",
         check=OPTIONAL_PROBABILITY,
     )
     aggr: str | None = option(
@@ -137,10 +149,12 @@ class TrainConfig(InputDropoutConfig, Config):
     )
     edge_weight: bool = option(
         False,
-        "gcn only: weigh every edge with the partition's stored edge weights (PyG GCNConv "
-        "with edge_weight; global weighted degrees)",
+        f"{_only('edge_weight')}: weigh every edge with the partition's stored edge weights "
+        "(PyG GCNConv with edge_weight; global weighted degrees)",
     )
-    improved: bool = option(False, "gcn only: self-loop weight 2 (PyG GCNConv improved=True)")
+    improved: bool = option(
+        False, f"{_only('improved')}: self-loop weight 2 (PyG GCNConv improved=True)"
+    )
     norm: str = option(
         "none",
         "normalisation after every layer but the last: batch (over all nodes, statistics "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +34,22 @@ from fullgraph.models.layers import layer_class
 
 #: The first line of every ``OUT.py`` (how ``--force`` recognises a file it may replace).
 MARKER = "# Written by `fullgraph export --to pyg`"
+#: :class:`FullgraphGNN`'s constructor arguments (every value a plain number, string or None).
+InitArgs = dict[str, int | float | str | None]
+#: What ``OUT.pt`` holds (:func:`fullgraph.training.export_pyg.export_state`).
+ExportState = TypedDict(
+    "ExportState",
+    {
+        "format": str,
+        "version": int,
+        "class": str,
+        "init_args": InitArgs,
+        "state_dict": dict[str, Tensor],
+        "pyg_model": dict[str, object] | None,
+        "normalize_features": bool,
+        "source": dict[str, int | float | str | None],
+    },
+)
 
 
 class FullgraphGNN(torch.nn.Module):
@@ -175,22 +191,22 @@ __all__ = ["FullgraphGNN", "load_model"]
 """
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """``value`` for a docstring: printable, no quote or backslash."""
     return "".join(c if c.isprintable() and c not in '"\\' else "?" for c in str(value))
 
 
-def _summary(state: dict[str, Any]) -> str:
+def _summary(state: ExportState) -> str:
     """``GCN, 3 layers, hidden 16, batch norm, residual`` for the module docstring."""
     a = state["init_args"]
-    spec = layer_class(str(a["kind"])).pyg
-    words = [spec.name if spec is not None else str(a["kind"])]
+    kind = layer_class(str(a["kind"]))
+    words = [kind.pyg.name if kind.pyg is not None else str(a["kind"])]
     if a.get("aggr"):
         words[0] += f" ({a['aggr']})"
     words.append(f"{a['num_layers']} layer{'s' if a['num_layers'] > 1 else ''}")
     if a["num_layers"] > 1:
         words.append(f"hidden {a['hidden_channels']}")
-    if a["kind"] == "gat":
+    if "heads" in kind.accepts:
         words.append(f"heads {a['heads']}, output heads {a['output_heads']}")
     if a["norm"]:
         words.append(a["norm"].replace("_", " "))
@@ -199,8 +215,9 @@ def _summary(state: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
-def module_source(state: dict[str, Any], name: str) -> str:
-    """The text of ``OUT.py`` for the export ``state`` (from :func:`export_state`).
+def module_source(state: ExportState, name: str) -> str:
+    """The text of ``OUT.py`` for the export ``state``
+    (:func:`~fullgraph.training.export_pyg.export_state`).
 
     Args:
         state: the dict written to the weights file.

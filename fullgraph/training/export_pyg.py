@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -60,7 +59,13 @@ from fullgraph.models.gnn import GNN
 from fullgraph.models.layers import PygExport, kinds_with, layer_class
 from fullgraph.run.nesting import check_not_inside_output
 from fullgraph.run.torch_file import encode_torch_file, not_of_kinds
-from fullgraph.training.export_module import MARKER, FullgraphGNN, module_source
+from fullgraph.training.export_module import (
+    MARKER,
+    ExportState,
+    FullgraphGNN,
+    InitArgs,
+    module_source,
+)
 from fullgraph.training.model_file import ModelFile, load_model_file
 
 __all__ = ["FORMAT", "MARKER", "FullgraphGNN", "export_pyg", "init_args", "outputs"]
@@ -69,8 +74,6 @@ FORMAT = "fullgraph-pyg"
 VERSION = 1
 #: Our ``--norm`` -> the name PyG's ``normalization_resolver`` (and :class:`FullgraphGNN`) uses.
 NORM_NAMES = {"none": None, "batch": "batch_norm", "layer": "layer_norm"}
-#: :class:`FullgraphGNN`'s constructor arguments (every value a plain number, string or None).
-InitArgs = dict[str, int | float | str | None]
 
 
 def exported(kind: str) -> PygExport:
@@ -179,11 +182,11 @@ def basic_gnn(args: InitArgs) -> dict[str, object] | None:
     return {"class": f"torch_geometric.nn.models.{spec.basic_gnn}", "kwargs": kwargs}
 
 
-def _plain(value: Any) -> bool:
+def _plain(value: object) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-def export_state(mf: ModelFile) -> dict[str, Any]:
+def export_state(mf: ModelFile) -> ExportState:
     """The dict ``OUT.pt`` holds (see the module docstring), its ``state_dict`` checked by
     loading it into :class:`FullgraphGNN` (``strict=True``).
 
@@ -202,7 +205,7 @@ def export_state(mf: ModelFile) -> dict[str, Any]:
         )
     state = {k: state[k] for k in keys}  # PyG's order
     reference.load_state_dict(state, strict=True)
-    source = {"model_file": str(mf.path), "sha256": mf.sha256}
+    source: dict[str, int | float | str | None] = {"model_file": str(mf.path), "sha256": mf.sha256}
     source.update({k: v for k, v in mf.info.items() if _plain(v)})
     return {
         "format": FORMAT,
