@@ -149,9 +149,7 @@ def setup_threads(threads: int) -> None:
     from fullgraph.resources import process_defaults, release_freed_memory
 
     process_defaults()
-    import numba
-    import torch
+    from fullgraph.kernels.cpu_launch import set_threads
 
     release_freed_memory()
-    torch.set_num_threads(threads)
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    set_threads(threads)

@@ -17,12 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
 import torch
 
 from bench.common import CSVWriter, command_line, median
 from fullgraph.datasets import load
+from fullgraph.kernels.cpu_launch import set_threads
 from fullgraph.minibatch.sampler import NeighborSampler, global_batches
 
 
@@ -84,8 +84,7 @@ def main() -> int:
     what = f"sampler/{args.dataset}/fanouts={args.fanouts}/batch={args.batch_size}"
     cores = os.cpu_count() or 1
     for threads in sorted({1, cores}):
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        torch.set_num_threads(threads)
+        set_threads(threads)
         rate = median(ours(graph, fanouts, batches, args.repeat))
         csv.write(what, "fullgraph", "sampled_edges_per_s", "edges/s", threads, rate)
         print(f"fullgraph NeighborSampler, {threads} thread(s): {rate / 1e6:.2f} M edges/s")

@@ -190,13 +190,10 @@ def _floor(cfg: TrainConfig, graph: GraphShape, ranks_per_node: int) -> int:
     from fullgraph.resources import process_defaults, release_freed_memory
 
     process_defaults()
-    import numba
-    import torch
+    from fullgraph.kernels.cpu_launch import set_threads
 
     release_freed_memory()
-    threads = max(1, (os.cpu_count() or 1) // ranks_per_node)
-    torch.set_num_threads(threads)
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    set_threads(max(1, (os.cpu_count() or 1) // ranks_per_node))
     if graph.num_parts > 1:
         try:  # a rank of a multi-rank job has MPI started
             from mpi4py import MPI  # noqa: F401
