@@ -38,7 +38,7 @@ import json
 import os
 import sys
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +194,96 @@ def run_task(
     else:
         run_mpi(ranks, argv, timeout, env=env)
     return load(out)
+
+
+class Tol(typing.NamedTuple):
+    """A tolerance of :func:`assert_matches_one_process`: ``|got - want| <= atol + rtol *
+    |want|`` entry by entry (:func:`numpy.testing.assert_allclose`'s rule, NaN equal to NaN);
+    ``of_max``: ``atol`` is a share of the largest ``|want|`` of that quantity."""
+
+    rtol: float = 0.0
+    atol: float = 0.0
+    of_max: bool = False
+
+
+#: The tolerance of a quantity that must be equal entry for entry (:func:`numpy.array_equal`).
+EXACT = None
+
+
+def _difference(got: np.ndarray, want: np.ndarray, tol: Tol | None) -> str | None:
+    """What is wrong with ``got`` against ``want`` under ``tol`` (``None``: nothing)."""
+    if got.shape != want.shape:
+        return f"shape {got.shape}, one process {want.shape}"
+    if tol is EXACT:
+        bad = ~((got == want) | (_isnan(got) & _isnan(want)))
+        rule = "exactly"
+    else:
+        scale = float(np.abs(want).max()) if tol.of_max and want.size else 1.0
+        atol = tol.atol * scale
+        bad = ~np.isclose(got, want, rtol=tol.rtol, atol=atol, equal_nan=True)
+        rule = f"to rtol={tol.rtol:g}, atol={atol:g}"
+    if not bad.any():
+        return None
+    off = (
+        np.abs(got.astype(np.float64) - want.astype(np.float64))
+        if got.dtype.kind in "biuf"
+        else bad
+    )
+    at = np.unravel_index(int(np.argmax(np.where(bad, off, -1))), bad.shape) if bad.ndim else ()
+    return (
+        f"{int(bad.sum())} of {bad.size} entries differ {rule}; the largest "
+        f"at {list(map(int, at))}: {got[at].item()!r}, one process {want[at].item()!r}"
+    )
+
+
+def _isnan(a: np.ndarray) -> np.ndarray:
+    return np.isnan(a) if a.dtype.kind in "fc" else np.zeros(a.shape, dtype=bool)
+
+
+def assert_matches_one_process(
+    got: Any,
+    want: Any,
+    tolerances: typing.Mapping[str, Tol | tuple[float, float] | None],
+    *,
+    names: Iterable[str] | None = None,
+    where: str,
+    tolerance_of: typing.Mapping[str, Tol | tuple[float, float] | None] | None = None,
+) -> None:
+    """Fail unless the P-rank results ``got`` equal the one-process results ``want``.
+
+    The comparison every exactness test makes: each quantity (``"gcn/logits"``) of a P-rank
+    run against the same quantity of one process, each within its tolerance. Every quantity is
+    checked before the test fails, and the failure names each that differs, where (``where``:
+    the run, e.g. ``"P=2, mpi"``; a key that holds one rank's rows names the rank), by how
+    much and at which entry.
+
+    Args:
+        got: the P-rank results by key (a dict of arrays, e.g. :func:`run_task`'s), or one
+            array where ``tolerances`` names one quantity.
+        want: the one-process results, keyed as ``got`` (or one array).
+        tolerances: quantity -> :class:`Tol` (or ``(rtol, atol)``), or :data:`EXACT`.
+        names: with names, the keys are ``f"{name}/{quantity}"`` for each name and quantity
+            (``"gcn/logits"``); without, the quantities are the keys.
+        where: the run compared, for the failure message.
+        tolerance_of: key -> the tolerance of that key where it is not its quantity's.
+    """
+    if not isinstance(got, typing.Mapping):
+        (only,) = tolerances
+        got, want = {only: got}, {only: want}
+    prefixes = [""] if names is None else [f"{name}/" for name in names]
+    keys = [(prefix + quantity, quantity) for prefix in prefixes for quantity in tolerances]
+    failures = []
+    for key, quantity in keys:
+        tol = (tolerance_of or {}).get(key, tolerances[quantity])
+        tol = tol if tol is EXACT else Tol(*tol)
+        if key not in got or key not in want:
+            side = "the P-rank result" if key not in got else "the one-process result"
+            failures.append(f"{key}: missing from {side}")
+            continue
+        wrong = _difference(np.asarray(got[key]), np.asarray(want[key]), tol)
+        if wrong:
+            failures.append(f"{key}: {wrong}")
+    assert not failures, (
+        f"{where}: {len(failures)} of {len(keys)} quantities differ from one process:\n  "
+        + "\n  ".join(failures)
+    )

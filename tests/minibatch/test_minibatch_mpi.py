@@ -11,7 +11,7 @@ from pathlib import Path
 import minibatch_worker
 import numpy as np
 import pytest
-from harness import run_task
+from harness import assert_matches_one_process, run_task
 from mp_utils import run_mpi
 
 from fullgraph.datasets.ogb_writer import write_ogb
@@ -63,7 +63,8 @@ def test_two_ranks_give_the_first_step_gradient_of_one(
     )
     g1 = one_rank_gradient
     assert np.abs(g1[:-1]).max() > 0
-    np.testing.assert_allclose(g2, g1, rtol=1e-5, atol=1e-7)
+    where = f"P=2, {transport}"
+    assert_matches_one_process(g2, g1, {"step-1 gradient": (1e-5, 1e-7)}, where=where)
 
 
 @pytest.mark.timeout(240)
@@ -78,7 +79,7 @@ def test_two_ranks_infer_the_logits_of_one(tiny_root, tmp_path) -> None:
         transport="mpi",
     )
     rows = np.concatenate([got[f"rank/{r}"] for r in range(2)])
-    np.testing.assert_allclose(rows, got["whole"], rtol=1e-5, atol=1e-6)
+    assert_matches_one_process(rows, got["whole"], {"logits": (1e-5, 1e-6)}, where="P=2, mpi")
 
 
 @pytest.mark.timeout(240)

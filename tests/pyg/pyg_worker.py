@@ -21,7 +21,8 @@ group (PyG's ``GCN``, ``GraphSAGE``, ``GIN``, ``GAT``) trained 20 Adam epochs wi
 ``--group precision_edges``: ``GATConv(edge_dim)``, ``GINEConv`` and ``GraphSAGE(aggr="max")``
 on a partition of :func:`edge_graph`.
 
-The tests call :func:`run_converted` and :func:`run_original` in-process for the references.
+The tests call :func:`run_converted` and :func:`run_original` in-process for the references
+(:func:`references`), and :func:`compare` a run with them.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from harness import Tasks, main
+from harness import Tasks, Tol, assert_matches_one_process, main
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -277,6 +278,32 @@ def models(group: str = "examples") -> tuple[str, ...]:
     """The models of ``group`` tested (those with GAT layers where the ``gat`` kind exists)."""
     names = tuple(GROUPS[group])
     return names if "gat" in layer_kinds() else tuple(n for n in names if n not in _GAT)
+
+
+#: What :func:`run_converted` and :func:`run_original` save of every model, for each mode
+FIELDS = ("grads", "losses", "params", "buffers", "val_acc")
+#: Equal to rtol 1e-5 (entries near zero: to 1e-5 of the quantity's largest entry).
+CLOSE = Tol(rtol=1e-5, atol=1e-5, of_max=True)
+
+
+def compare(got: dict, want: dict, mode: str, group: str = "examples", where: str = "") -> None:
+    """Every :data:`FIELDS` of ``group``'s models run in ``mode`` (``exact``, ``dropout``) in
+    ``got`` equal ``want``'s (:data:`CLOSE`); ``where``: the run ``got`` comes from."""
+    tolerances = {f"{mode}/{field}": CLOSE for field in FIELDS}
+    where = f"{group} models, {mode}" + (f", {where}" if where else "")
+    assert_matches_one_process(got, want, tolerances, names=models(group), where=where)
+
+
+def references(graph: Any, group: str) -> dict:
+    """``group``'s original PyG models and the converted ones on one process, on ``graph``:
+    ``{"original": ..., "converted": ...}``."""
+    from fullgraph.datasets import to_pyg
+    from fullgraph.distributed import Communicator
+
+    with torch.random.fork_rng():
+        original = run_original(to_pyg(graph), group)
+        converted = run_converted(pyg.load_part(graph, Communicator()), group)
+    return {"original": original, "converted": converted}
 
 
 def build(name: str, in_channels: int, classes: int, p: float) -> nn.Module:

@@ -41,44 +41,24 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
-def _close(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    """Equal to rtol 1e-5 (entries near zero: to 1e-5 of the largest entry)."""
-    scale = float(np.abs(want).max()) if want.size else 1.0
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale, err_msg=what)
-
-
-def _compare(got: dict, want: dict, mode: str, group: str = "examples") -> None:
-    for name in pyg_worker.models(group):
-        for field in ("grads", "losses", "params", "buffers", "val_acc"):
-            key = f"{name}/{mode}/{field}"
-            _close(np.asarray(got[key]), np.asarray(want[key]), key)
-
-
-def _references(graph: Graph, group: str) -> dict:
-    with torch.random.fork_rng():
-        original = pyg_worker.run_original(to_pyg(graph), group)
-        converted = pyg_worker.run_converted(pyg.load_part(graph, Communicator()), group)
-    return {"original": original, "converted": converted}
-
-
 @pytest.fixture(scope="module")
 def references(small_graph: Graph) -> dict:
     """The original PyG models and the converted ones, on one process."""
-    return _references(small_graph, "examples")
+    return pyg_worker.references(small_graph, "examples")
 
 
 @pytest.fixture(scope="module")
 def basic_gnn_references(small_graph: Graph) -> dict:
     """PyG's model classes, original and converted, on one process."""
-    return _references(small_graph, "basic_gnn")
+    return pyg_worker.references(small_graph, "basic_gnn")
 
 
 def test_one_process_converted_equals_the_original(references: dict) -> None:
-    _compare(references["converted"], references["original"], "exact")
+    pyg_worker.compare(references["converted"], references["original"], "exact")
 
 
 def test_one_process_basic_gnn_models_equal_the_original(basic_gnn_references: dict) -> None:
-    _compare(
+    pyg_worker.compare(
         basic_gnn_references["converted"], basic_gnn_references["original"], "exact", "basic_gnn"
     )
 
@@ -97,8 +77,9 @@ def test_ranks_equal_one_process(
     )
     for key in (k for k in got if k.endswith("same_on_every_rank")):
         assert bool(got[key]), key
-    _compare(got, references["original"], "exact")
-    _compare(got, references["converted"], "dropout")
+    where = f"P={ranks}, {source}"
+    pyg_worker.compare(got, references["original"], "exact", where=where)
+    pyg_worker.compare(got, references["converted"], "dropout", where=where)
 
 
 @pytest.mark.parametrize("ranks", [2, 4], ids=["P2", "P4"])
@@ -117,8 +98,9 @@ def test_basic_gnn_models_on_ranks_equal_one_process(
     )
     for key in (k for k in got if k.endswith("same_on_every_rank")):
         assert bool(got[key]), key
-    _compare(got, basic_gnn_references["original"], "exact", "basic_gnn")
-    _compare(got, basic_gnn_references["converted"], "dropout", "basic_gnn")
+    where = f"P={ranks}"
+    pyg_worker.compare(got, basic_gnn_references["original"], "exact", "basic_gnn", where)
+    pyg_worker.compare(got, basic_gnn_references["converted"], "dropout", "basic_gnn", where)
 
 
 @pytest.fixture(scope="module")

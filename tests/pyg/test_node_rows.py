@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from harness import run_task
+from harness import assert_matches_one_process, run_task
 from mp_utils import run_mpi
 
 pytest.importorskip("torch_geometric.nn")
 
 import reductions_worker
-from test_byo_model import _close
+from pyg_worker import CLOSE
 
 from fullgraph import pyg
 from fullgraph.datasets import Graph, to_pyg
@@ -41,13 +41,15 @@ def one_process(small_graph: Graph) -> dict:
     return {"original": original, "converted": converted}
 
 
-def _compare(got: dict, want: dict) -> None:
-    for key in want:
-        _close(np.asarray(got[key], dtype=np.float64), np.asarray(want[key], np.float64), key)
+def _compare(got: dict, want: dict, where: str) -> None:
+    """Every script result of ``want`` (float64) in ``got`` (:data:`pyg_worker.CLOSE`)."""
+    got = {key: np.asarray(got[key], dtype=np.float64) for key in want if key in got}
+    want = {key: np.asarray(value, dtype=np.float64) for key, value in want.items()}
+    assert_matches_one_process(got, want, dict.fromkeys(want, CLOSE), where=where)
 
 
 def test_one_process_converted_scripts_equal_the_original(one_process: dict) -> None:
-    _compare(one_process["converted"], one_process["original"])
+    _compare(one_process["converted"], one_process["original"], "converted, one process")
 
 
 @pytest.mark.timeout(400)
@@ -62,7 +64,7 @@ def test_own_reductions_on_ranks_equal_one_process(
     )
     for key in (k for k in got if k.endswith("same_on_every_rank")):
         assert bool(got[key]), key
-    _compare(got, one_process["original"])
+    _compare(got, one_process["original"], f"P={ranks}")
     # the local mean of the issue would differ: the losses are not those of any one rank alone
     assert float(got["cross_entropy/losses"][0]) == pytest.approx(
         float(one_process["original"]["cross_entropy/losses"][0]), rel=1e-6
@@ -77,7 +79,11 @@ def test_reductions_are_global_on_a_rank_without_rows(tmp_path: Path) -> None:
     assert got["rows"][0] > 0 and got["rows"][1] == 0
     for name in reductions_worker.ZERO_ROWS:
         for rank in range(2):
-            _close(got[f"{name}/got"][rank], got[f"{name}/want"], f"{name} on rank {rank}")
+            what = {name: CLOSE}
+            where = f"rank {rank} of 2, no rows on rank 1"
+            assert_matches_one_process(
+                got[f"{name}/got"][rank], got[f"{name}/want"], what, where=where
+            )
 
 
 @pytest.mark.timeout(300)
@@ -154,8 +160,12 @@ def test_every_loss_on_node_rows_equals_torch_on_one_process(part: object, case:
     got = fn(tag(xt, part), *(tag(a, part) for a in args[1:]), **kwargs)
     assert type(got) is torch.Tensor, name
     (got_grad,) = torch.autograd.grad(got, xt)
-    _close(got.detach().numpy(), want.detach().numpy(), name)
-    _close(got_grad.numpy(), want_grad.numpy(), f"{name} gradient")
+    assert_matches_one_process(
+        {"value": got.detach().numpy(), "gradient": got_grad.numpy()},
+        {"value": want.detach().numpy(), "gradient": want_grad.numpy()},
+        {"value": CLOSE, "gradient": CLOSE},
+        where=f"{name} on node rows, against plain torch",
+    )
 
 
 def test_row_preserving_calls_keep_the_tag_and_others_drop_it(part: object) -> None:

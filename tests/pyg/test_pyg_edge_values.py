@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 from harness import run_task
-from test_byo_model import _compare
 
 pytest.importorskip("torch_geometric.nn")
 
@@ -51,7 +50,7 @@ def edge_partitions(edge_graph, tmp_path_factory) -> dict[int, Path]:
 
 
 def test_one_process_equals_the_original(references: dict) -> None:
-    _compare(references["converted"], references["original"], "exact", "edges")
+    pyg_worker.compare(references["converted"], references["original"], "exact", "edges")
 
 
 @pytest.mark.parametrize(
@@ -74,5 +73,6 @@ def test_ranks_equal_one_process(
         mine = {k.split("/", 1)[1]: v for k, v in got.items() if k.startswith(f"{transport}/")}
         for key in (k for k in mine if k.endswith("same_on_every_rank")):
             assert bool(mine[key]), f"{transport}: {key}"
-        _compare(mine, references["original"], "exact", "edges")
-        _compare(mine, references["converted"], "dropout", "edges")
+        where = f"P={ranks}, {transport}"
+        pyg_worker.compare(mine, references["original"], "exact", "edges", where)
+        pyg_worker.compare(mine, references["converted"], "dropout", "edges", where)

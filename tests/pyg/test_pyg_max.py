@@ -18,7 +18,6 @@ from harness import run_task
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 
 import pyg_worker  # noqa: E402
-from test_byo_model import _compare, _references  # noqa: E402
 
 from fullgraph import pyg  # noqa: E402
 from fullgraph.datasets import Graph  # noqa: E402
@@ -38,11 +37,11 @@ def test_graphconv_edge_weights_are_refused_in_one_line(small_graph: Graph) -> N
 @pytest.fixture(scope="module")
 def max_references(small_graph: Graph) -> dict:
     """The ``max`` group's models, original and converted, on one process."""
-    return _references(small_graph, "max")
+    return pyg_worker.references(small_graph, "max")
 
 
 def test_one_process_max_models_equal_the_original(max_references: dict) -> None:
-    _compare(max_references["converted"], max_references["original"], "exact", "max")
+    pyg_worker.compare(max_references["converted"], max_references["original"], "exact", "max")
 
 
 @pytest.mark.timeout(300)
@@ -59,6 +58,6 @@ def test_max_models_on_two_ranks_equal_one_process(
     )
     for key in (k for k in got if k.endswith("same_on_every_rank")):
         assert bool(got[key]), key
-    _compare(got, max_references["original"], "exact", "max")
-    _compare(got, max_references["converted"], "dropout", "max")
+    pyg_worker.compare(got, max_references["original"], "exact", "max", "P=2")
+    pyg_worker.compare(got, max_references["converted"], "dropout", "max", "P=2")
     assert np.abs(got["GraphSAGE-max/exact/grads"]).max() > 1e-4

@@ -24,7 +24,6 @@ pytest.importorskip("torch_geometric.nn")
 import pyg_worker
 import torch_geometric.transforms as T
 from harness import run_task
-from test_byo_model import _compare
 
 from fullgraph import pyg
 from fullgraph.cli import main as cli_main
@@ -127,7 +126,7 @@ def adj_references() -> dict:
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
 def test_adj_t_one_process_equals_pyg_on_adj_t(adj_references, weighted) -> None:
     refs = adj_references[weighted]
-    _compare(refs["converted"], refs["original"], "exact", "adj_t")
+    pyg_worker.compare(refs["converted"], refs["original"], "exact", "adj_t")
 
 
 def test_weighted_adj_t_is_refused_where_the_layer_cannot_weigh() -> None:
@@ -146,8 +145,8 @@ def test_adj_t_two_ranks_equal_one_process(adj_references, weighted, tmp_path) -
         weighted=weighted,
     )  # fmt: skip
     refs = adj_references[bool(weighted)]
-    _compare(got, refs["original"], "exact", "adj_t")
-    _compare(got, refs["converted"], "dropout", "adj_t")
+    pyg_worker.compare(got, refs["original"], "exact", "adj_t", "P=2")
+    pyg_worker.compare(got, refs["converted"], "dropout", "adj_t", "P=2")
 
 
 @pytest.mark.timeout(400)
@@ -166,7 +165,7 @@ def test_partition_once_equals_the_in_process_partition(adj_references, tmp_path
     for key, value in in_process.items():
         assert np.array_equal(from_dir[key], value), key
     got = run_task(pyg_worker.adj_t, ranks=2, out=tmp_path / "t.npz", timeout=300, source=str(out))
-    _compare(got, adj_references[True]["original"], "exact", "adj_t")
+    pyg_worker.compare(got, adj_references[True]["original"], "exact", "adj_t", "P=2")
 
 
 def test_partition_command_reads_saved_pyg_data(weighted_data, tmp_path, capsys) -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import train_worker
-from harness import run_task
+from harness import assert_matches_one_process, run_task
 from mp_utils import one_thread
-from train_worker import EDGE_VARIANTS, run_variants
+from train_worker import EDGE_VARIANTS, STEP_TOLERANCES, run_variants
 
 from fullgraph.datasets.synthetic import with_edge_values
 from fullgraph.distributed.communicator import Communicator
@@ -71,21 +71,10 @@ def test_ranks_equal_one_process(ranks, transports, weighted_parts, reference, t
         variants=",".join(NAMES),
     )
     for transport in transports.split(","):
-        for name in NAMES:
-            for what, rtol, atol in (("logits", 1e-5, 1e-5), ("grads", 1e-5, 1e-6)):
-                np.testing.assert_allclose(
-                    result[f"{transport}/{name}/{what}"],
-                    reference[f"{name}/{what}"],
-                    rtol=rtol,
-                    atol=atol,
-                    err_msg=f"{name}: step-1 {what} (P={ranks}, {transport})",
-                )
-            np.testing.assert_allclose(
-                result[f"{transport}/{name}/losses"],
-                reference[f"{name}/losses"],
-                rtol=1e-4,
-                err_msg=f"{name}: losses (P={ranks}, {transport})",
-            )
+        got = {k.split("/", 1)[1]: result[k] for k in result if k.startswith(f"{transport}/")}
+        assert_matches_one_process(
+            got, reference, STEP_TOLERANCES, names=NAMES, where=f"P={ranks}, {transport}"
+        )
 
 
 def test_weights_change_the_model_and_are_required(weighted, small_graph) -> None:

@@ -12,17 +12,17 @@ reference runs the same code in this process on the whole graph.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 import train_worker
-from harness import run_task
+from harness import assert_matches_one_process, run_task
 from mp_utils import one_thread
-from train_worker import VARIANTS, run_variants
+from train_worker import STEP_TOLERANCES, VARIANTS, run_variants
 
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.partition import whole_graph_part
+
+PRUNED_TOLERANCES = {"grads": (1e-5, 1e-6), "losses": (1e-5, 1e-6)}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -55,37 +55,16 @@ def test_distributed_matches_one_process(
     )
     for transport in transports.split(","):
         assert bool(result[f"{transport}/halo_exchange_ok"]), f"HaloExchange on {transport}"
-    for transport, (name, _, _) in itertools.product(transports.split(","), VARIANTS):
-        got = {k.split("/", 1)[1]: result[k] for k in result if k.startswith(transport)}
-        np.testing.assert_allclose(
-            got[f"{name}/logits"],
-            reference[f"{name}/logits"],
-            rtol=1e-5,
-            atol=1e-5,
-            err_msg=f"{name}: step-1 logits (P={ranks}, {transport})",
+    names = [name for name, _, _ in VARIANTS]
+    for transport in transports.split(","):
+        got = {k.split("/", 1)[1]: result[k] for k in result if k.startswith(f"{transport}/")}
+        where = f"P={ranks}, {transport}"
+        assert_matches_one_process(got, reference, STEP_TOLERANCES, names=names, where=where)
+        pruned = {what: got[f"sage/{what}"] for what in PRUNED_TOLERANCES}
+        unpruned = {what: reference[f"sage_unpruned/{what}"] for what in PRUNED_TOLERANCES}
+        assert_matches_one_process(  # pruned ranks == one unpruned process
+            pruned, unpruned, PRUNED_TOLERANCES, where=f"receptive-field pruning, {where}"
         )
-        np.testing.assert_allclose(
-            got[f"{name}/grads"],
-            reference[f"{name}/grads"],
-            rtol=1e-5,
-            atol=1e-6,
-            err_msg=f"{name}: step-1 parameter gradients (P={ranks}, {transport})",
-        )
-        np.testing.assert_allclose(
-            got[f"{name}/losses"],
-            reference[f"{name}/losses"],
-            rtol=1e-4,
-            err_msg=f"{name}: losses of {len(reference[f'{name}/losses'])} epochs",
-        )
-    for transport in transports.split(","):  # pruned ranks == one unpruned process
-        for what in ("grads", "losses"):
-            np.testing.assert_allclose(
-                result[f"{transport}/sage/{what}"],
-                reference[f"sage_unpruned/{what}"],
-                rtol=1e-5,
-                atol=1e-6,
-                err_msg=f"receptive-field pruning: {what} (P={ranks}, {transport})",
-            )
 
 
 def test_reference_is_not_trivial(reference) -> None:
