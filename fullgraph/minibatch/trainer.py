@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import torch
@@ -171,9 +171,11 @@ class MinibatchTrainer(EpochLoop):
             due = self.progress_every > 0 and now - last >= self.progress_every
             if due and index + 1 < len(batches) and self.comm.rank == 0:
                 last = now
-                print(progress_line(epoch, index + 1, len(batches), now - start,
-                                    total.loss * self.train_nodes.size / seen),
-                      flush=True)  # fmt: skip
+                mean_loss = total.loss * self.train_nodes.size / seen
+                print(
+                    progress_line(epoch, index + 1, len(batches), now - start, mean_loss),
+                    flush=True,
+                )
         return total
 
     @torch.no_grad()
@@ -201,17 +203,23 @@ class MinibatchTrainer(EpochLoop):
         if self.comm.rank != 0 or self.model_path is None:
             return
         m = self.metric
-        info = {"epoch": epoch, "metric": m, "val": acc.get(f"val_{m}"),
-                "test": acc.get(f"test_{m}"), "data": self.data_label}  # fmt: skip
-        self._best_model = model_state(self.model, self.model_config, self.graph.num_features,
-                                       self.graph.num_classes, info)  # fmt: skip
+        info = {
+            "epoch": epoch,
+            "metric": m,
+            "val": acc.get(f"val_{m}"),
+            "test": acc.get(f"test_{m}"),
+            "data": self.data_label,
+        }
+        self._best_model = model_state(
+            self.model, self.model_config, self.graph.num_features, self.graph.num_classes, info
+        )
 
     def after_epoch(self, epoch: int) -> None:
         """The best model file, written after the last epoch."""
         if epoch == self.epochs:
             self._save_best_model()
 
-    def fit(self, log: Any | None = None) -> dict[str, Any]:
+    def fit(self, log: TextIO | None = None) -> dict[str, Any]:
         """The epochs (:meth:`EpochLoop.fit`); a run that diverged still leaves its best model
         file."""
         try:
