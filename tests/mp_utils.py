@@ -94,19 +94,29 @@ def _run(
 
 
 @contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch and numba single-threaded (their OpenMP pools spin against each other)."""
+def threads_restored() -> Iterator[None]:
+    """Give torch and numba back their thread counts after the body (which may set them)."""
     import numba
     import torch
 
     saved = torch.get_num_threads(), numba.get_num_threads()
-    torch.set_num_threads(1)
-    numba.set_num_threads(1)
     try:
         yield
     finally:
         torch.set_num_threads(saved[0])
         numba.set_num_threads(saved[1])
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch and numba single-threaded (their OpenMP pools spin against each other)."""
+    import numba
+    import torch
+
+    with threads_restored():
+        torch.set_num_threads(1)
+        numba.set_num_threads(1)
+        yield
 
 
 def wait_until(ready: Callable[[], object], timeout: float, what: str) -> object:

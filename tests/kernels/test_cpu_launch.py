@@ -6,6 +6,7 @@ import numba
 import numpy as np
 import pytest
 import torch
+from mp_utils import threads_restored
 
 from fullgraph.kernels.backend import numba_or_torch
 from fullgraph.kernels.cpu_launch import (
@@ -19,10 +20,8 @@ from fullgraph.kernels.cpu_launch import (
 
 @pytest.fixture
 def saved_threads():
-    before = torch.get_num_threads(), numba.get_num_threads()
-    yield
-    torch.set_num_threads(before[0])
-    numba.set_num_threads(before[1])
+    with threads_restored():
+        yield
 
 
 def test_set_threads_sets_numba_and_torch(saved_threads) -> None:

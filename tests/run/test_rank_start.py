@@ -21,6 +21,7 @@ from typing import Any
 import numba
 import pytest
 import torch
+from mp_utils import threads_restored
 
 import fullgraph.run.rank_start as rank_start
 from fullgraph.distributed.launch import LaunchInfo
@@ -45,10 +46,8 @@ class _Probe(Command):
 
 @pytest.fixture
 def saved_threads():
-    before = torch.get_num_threads(), numba.get_num_threads()
-    yield
-    torch.set_num_threads(before[0])
-    numba.set_num_threads(before[1])
+    with threads_restored():
+        yield
 
 
 def _one_process() -> LaunchInfo:
