@@ -90,3 +90,30 @@ def test_spmm_exact_ignores_entry_order_and_splits(backend, width) -> None:
     spmm_add_(partial, compact, X[cut:].contiguous())
     y.index_copy_(0, rows, partial.float())
     assert torch.equal(y, want)
+
+
+@pytest.mark.parametrize("case", ["random", "rectangular", "empty_rows", "unweighted"])
+@pytest.mark.parametrize("width", [1, 5, 33])
+def test_spmm_exact_is_the_float64_reference_rounded_once(backend, case, width) -> None:
+    """Every finished row of ``spmm_exact`` is the float64 reference (:func:`_reference`, its
+    sums exact here) rounded once to float32, bit for bit, and every row it leaves in
+    ``partial`` is the float64 sum itself; a float32 accumulation would not give those bits."""
+    indptr, indices, values, n_rows, n_cols = make_case(case, np.int32, backend, seed=11)
+    A = CSRMatrix(indptr, indices, values, num_cols=n_cols)
+    weighted = A if A.values is not None else A.with_values(torch.ones(A.nnz))
+    X = (torch.randn(n_cols, width, generator=torch.Generator().manual_seed(5)) * 3).bfloat16()
+    want = _reference(weighted, X)
+    none = torch.full((n_rows,), -1, dtype=torch.int64)
+    got = spmm_exact(A, X, none, torch.empty((0, width), dtype=torch.float64))
+    assert got.dtype == torch.float32 and torch.equal(got, want.float())
+    slot = none.clone()
+    slot[1::3] = torch.arange(len(range(1, n_rows, 3)))
+    partial = torch.full((int((slot >= 0).sum()), width), torch.nan, dtype=torch.float64)
+    rest = spmm_exact(A, X, slot, partial)
+    assert torch.equal(partial, want[1::3])
+    assert torch.equal(rest[slot < 0], want.float()[slot < 0])
+    if case == "random":  # the data tells the two apart: the test sees a float32 sum
+        rows = weighted.row_of_entry()
+        products = weighted.values[:, None] * X.float().index_select(0, weighted.indices.long())
+        single = torch.zeros((n_rows, width)).index_add_(0, rows, products)
+        assert width == 1 or not torch.equal(single, want.float())
