@@ -200,8 +200,8 @@ def peers(A: CSRMatrix, device: torch.device) -> dict:
     sc = A.to_scipy()
     out.update(
         {
-            "ours-numba": lambda X: SpmmFunction.apply(X, A, "cpu-numba"),
-            "ours-embedding_bag": lambda X: SpmmFunction.apply(X, A, "cpu-embedding_bag"),
+            "ours-numba": lambda X: SpmmFunction.apply(X, A, "cpu-numba", None),
+            "ours-embedding_bag": lambda X: SpmmFunction.apply(X, A, "cpu-embedding_bag", None),
             "fbgemm-embedding_bag": lambda X: spmm_embedding_bag(A, X),
             "pyg-spmm": lambda X: pyg_spmm(S, X, reduce="sum"),
             "pyg-gcnconv-propagate": lambda X: prop(X, edge_index, A.values),
@@ -384,7 +384,7 @@ def bench_variants(name, A, args, csv, stream_bw) -> None:
         X = torch.randn(A.num_cols, nf)
         inputs = {k: (f"cpu-{impl}", M, X.to(dt)) for k, (impl, M, dt) in variants.items()}
         fns = {
-            k: (lambda b=b, M=M, Xd=Xd: SpmmFunction.apply(Xd, M, b))
+            k: (lambda b=b, M=M, Xd=Xd: SpmmFunction.apply(Xd, M, b, None))
             for k, (b, M, Xd) in inputs.items()
         }
         times = time_rounds(fns, args.rounds, lambda: None, 1, args.budget)
