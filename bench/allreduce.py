@@ -51,15 +51,14 @@ def gradient_length() -> int:
 # -- worker: one rank of the mpirun launch ----------------------------------------------------
 def worker(a: argparse.Namespace) -> None:
     """Time both methods on every transport; rank 0 writes the results as JSON."""
-    import numba
     import numpy as np
     import torch
 
     from fullgraph.distributed import create_communicator
     from fullgraph.distributed.launch import detect_launch
+    from fullgraph.kernels.cpu_launch import set_threads
 
-    torch.set_num_threads(1)
-    numba.set_num_threads(1)
+    set_threads(1)
     info = detect_launch()
     n = gradient_length()
     rng = np.random.default_rng(info.rank)

@@ -68,19 +68,14 @@ DEFAULT_EPOCHS = "arxiv-synth=4,amazon-computers=80,coauthor-physics=30"
 # -- worker: one rank of the mpirun launch ----------------------------------------------------
 def worker(a: argparse.Namespace) -> None:
     """Train every config x seed on this rank's part; rank 0 writes the results as JSON."""
-    import numba
     import torch
 
-    from fullgraph.distributed import create_communicator
     from fullgraph.distributed.launch import detect_launch
     from fullgraph.partition import load_partition
-    from fullgraph.resources import release_freed_memory
+    from fullgraph.run.rank_start import start_rank
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
-    torch.set_num_threads(1)
-    numba.set_num_threads(1)
-    release_freed_memory()  # as `fullgraph train` does
-    comm = create_communicator("mpi", detect_launch(), timeout_s=900)
+    comm, _ = start_rank("bench", detect_launch(), "mpi", 900, 1)  # as `fullgraph train`
     part = load_partition(a.parts, comm.rank, mmap=False)
     results = []
     for label, fwd, bwd, ef in CONFIGS:

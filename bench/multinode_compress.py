@@ -69,21 +69,16 @@ RATE_BITS = {"1gbit": 1e9, "10gbit": 10e9, "25gbit": 25e9}
 # -- worker: one rank ---------------------------------------------------------------------
 def worker(a: argparse.Namespace) -> None:
     """Every codec x overlap, interleaved, ``reps + 1`` times; rank 0 writes the medians."""
-    import numba
     import numpy as np
     import torch
 
-    from fullgraph.distributed import create_communicator
     from fullgraph.distributed.compression import HaloCompression
     from fullgraph.distributed.launch import detect_launch
     from fullgraph.partition import load_partition
-    from fullgraph.resources import release_freed_memory
+    from fullgraph.run.rank_start import start_rank
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
-    torch.set_num_threads(1)
-    numba.set_num_threads(1)
-    release_freed_memory()
-    comm = create_communicator("mpi", detect_launch(), timeout_s=600)
+    comm, _ = start_rank("bench", detect_launch(), "mpi", 600, 1)  # as `fullgraph train`
     part = load_partition(a.parts, comm.rank, mmap=False)
     cfg = TrainConfig(model="gcn", layers=3, hidden=256, dropout=0.5, input_dropout=0.0,
                       lr=0.01, epochs=a.reps + 1, seed=0)  # fmt: skip
