@@ -1,4 +1,5 @@
-"""The package layout: no import circles, and no import from a lower floor to a higher one.
+"""The package layout: no import circles, and no import from a lower floor to a higher one;
+the tests named for the modules they test (:func:`naming_problems`).
 
 The import graph is read from the source (every ``import`` and ``from ... import``, including
 those inside functions), over the four packages of the distribution. The ground floor
@@ -12,6 +13,7 @@ never one above.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,3 +174,107 @@ def test_the_wings_exist_and_the_runtime_floor_is_small() -> None:
 
 def test_the_checker_sees_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+
+
+#: test folder -> the package whose modules its tests are named for (the wings)
+WINGS = {
+    wing: f"fullgraph.{wing}"
+    for wing in ("commands", "distributed", "memory", "minibatch", "models", "pyg", "run")
+    + ("training", "kernels", "partition", "datasets")
+}
+#: tests of the whole tree, named for what they check
+TREE_TESTS = {"test_layout.py", "test_packaging.py"}
+#: a feature test's docstring line naming the module(s) it enters through
+ENTERS = re.compile(r"Enters through ((?::mod:`[\w.]+`(?:,? and |, )?)+)\.")
+
+
+def _entered(doc: str) -> list[str]:
+    found = ENTERS.search(doc)
+    return re.findall(r":mod:`([\w.]+)`", found.group(1)) if found else []
+
+
+def naming_problems(tests: dict[str, str], modules: set[str], beside: set[str]) -> list[str]:
+    """What breaks the naming rule among ``tests`` (path under tests/ -> module docstring):
+    ``tests/<wing>/test_<module>.py`` for a module (or the package) of that wing,
+    ``tests/test_<module>.py`` for the ground floor (or a helper module beside the tests,
+    ``beside``), ``tests/bench/test_<script>.py`` for a script of ``bench/``; any other name
+    needs an ``Enters through :mod:`...`.`` line naming modules of its folder's wing. Base
+    names are unique (the test folders are no packages: pytest imports each file by its name).
+    """
+    problems = []
+    seen: dict[str, str] = {}
+    for rel, doc in sorted(tests.items()):
+        parts = rel.split("/")
+        name = parts[-1]
+        if name in seen:
+            problems.append(f"tests/{rel}: the same name as tests/{seen[name]}")
+        seen.setdefault(name, rel)
+        stem = name.removeprefix("test_").removesuffix(".py")
+        entered = _entered(doc)
+        if len(parts) == 1:
+            if name in TREE_TESTS or stem in beside or f"fullgraph.{stem}" in modules:
+                continue
+            wing = "fullgraph"
+        elif parts[0] == "bench":
+            if any((ROOT / "bench").glob(f"{stem}.*")):
+                continue
+            problems.append(f"tests/{rel}: names no script of bench/")
+            continue
+        elif parts[0] not in WINGS:
+            problems.append(f"tests/{rel}: tests/{parts[0]} is no wing ({', '.join(WINGS)})")
+            continue
+        else:
+            wing = WINGS[parts[0]]
+            own = {m.rsplit(".", 1)[-1] for m in modules if m.startswith(wing + ".")}
+            if stem in own or stem == parts[0]:
+                continue
+        outside = [m for m in entered if m not in modules or not m.startswith(wing + ".")]
+        if not entered or outside:
+            why = (
+                f"names unknown or other wings' modules {outside}"
+                if outside
+                else (f"names no module of {wing} and has no 'Enters through :mod:`...`.' line")
+            )
+            problems.append(f"tests/{rel}: {why}")
+    return problems
+
+
+def _test_files() -> dict[str, str]:
+    tests = ROOT / "tests"
+    return {
+        str(p.relative_to(tests)): ast.get_docstring(ast.parse(p.read_text())) or ""
+        for p in tests.rglob("test_*.py")
+    }
+
+
+def test_every_test_file_is_named_for_its_module_or_says_where_it_enters() -> None:
+    beside = {p.stem for p in (ROOT / "tests").glob("*.py")}
+    assert naming_problems(_test_files(), set(_modules()), beside) == []
+
+
+def test_the_naming_check_sees_a_stray_name() -> None:
+    modules = {"fullgraph.errors", "fullgraph.run.epochs", "fullgraph.models.gnn"}
+    ok = "Enters through :mod:`fullgraph.run.epochs`."
+    got = naming_problems(
+        {
+            "test_errors.py": "",
+            "run/test_epochs.py": "",
+            "run/test_feature.py": f"A feature.\n\n{ok}",
+            "run/test_stray.py": "No line.",
+            "run/test_elsewhere.py": "Enters through :mod:`fullgraph.models.gnn`.",
+            "models/test_epochs.py": "",
+            "misc/test_gnn.py": "",
+        },
+        modules,
+        set(),
+    )
+    assert got == [
+        "tests/misc/test_gnn.py: tests/misc is no wing (" + ", ".join(WINGS) + ")",
+        "tests/models/test_epochs.py: names no module of fullgraph.models and has no "
+        "'Enters through :mod:`...`.' line",
+        "tests/run/test_elsewhere.py: names unknown or other wings' modules "
+        "['fullgraph.models.gnn']",
+        "tests/run/test_epochs.py: the same name as tests/models/test_epochs.py",
+        "tests/run/test_stray.py: names no module of fullgraph.run and has no "
+        "'Enters through :mod:`...`.' line",
+    ]

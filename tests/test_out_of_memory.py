@@ -1,4 +1,7 @@
-"""A failed allocation ends a run with one line (exit 1), in one process and on every rank."""
+"""A failed allocation ends a run with one line (exit 1), in one process and on every rank.
+
+Enters through :mod:`fullgraph.errors`.
+"""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ restricted to the halo rows those rows read (the owners learn which of their bou
 still wanted with one all-to-all of flags per layer, at set-up). The restricted operator holds
 the same entries of the kept rows in the same order, and the rows it drops carry exactly zero
 gradient in the unpruned model too, so the parameters' gradients are the same numbers
-(``tests/training/test_receptive_field.py`` checks them against the unpruned run).
+(``tests/distributed/test_receptive_field.py`` checks them against the unpruned run).
 
 Rows outside ``O_l`` get the layer's bias (and root term) only: they are not meaningful and
 nothing reads them. Evaluation uses the whole operator. Layers whose rows mix with all other

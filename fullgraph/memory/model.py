@@ -56,7 +56,7 @@ written as it ends, and the predictions and probabilities written: per write, at
 window (:data:`~fullgraph.training.inference.WRITE_WINDOW_BYTES`) of rows gathered, of rows
 transformed and of the file mapped. Nothing is saved for a backward pass and there are no
 gradients, so predict's peak lies below the training peak of the same model and parts
-(``tests/training/test_predict_plan.py`` compares them; docs/predict.md has measured peaks).
+(``tests/memory/test_predict_plan.py`` compares them; docs/predict.md has measured peaks).
 Covered: every layer kind whose :attr:`~fullgraph.models.layers.GraphLayer.replay` family has a
 replay (:data:`REPLAYS`): ``--model gcn``, ``sage``, ``gin``, ``graphconv``
 (:mod:`fullgraph.memory.linear`), ``gat`` (:mod:`fullgraph.memory.gat`) and ``sage`` /

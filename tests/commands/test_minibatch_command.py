@@ -10,6 +10,8 @@ epoch, and a model file that ``predict`` and ``export`` read.
   PyG with the same logits;
 - a ``--save-model`` onto a file fullgraph did not write as a model (a training log) is refused
   in one line, exit 2, the file unchanged.
+
+Enters through :mod:`fullgraph.commands.minibatch`.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ not the data's (both numbers named), a corrupted or truncated model file, ``--em
 beyond the layers or 0, an existing ``--out`` without ``--force`` (and ``--force`` on a
 directory fullgraph did not write), a rank count that is not the part count, outputs that
 overlap an input. ``--force`` replaces a prediction fullgraph wrote.
+
+Enters through :mod:`fullgraph.commands.predict`.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ diverged run), nothing overwritten, nothing left behind. Classes:
   ``--timeout`` has passed, ``kill -9`` of torchrun or of hydra's proxy ends every rank. These
   tests wait for a state (a rank process, its SIGTERM handler, an epoch in the log), never for
   a fixed time, so that a loaded machine does not change what they test.
+
+Enters through :mod:`fullgraph.commands.train` and :mod:`fullgraph.commands.minibatch`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 Classes of case: dataset names that are paths, roots and dataset directories that are not
 there or not directories, unreadable files, overlapping splits, damaged Planetoid and MUSAE
-files. (OGB files: ``test_datasets_ogb.py``; ``.npz`` files: ``test_datasets_npz.py``.)
+files. (OGB files: ``test_ogb.py``; ``.npz`` files: ``test_npz_arrays.py``.)
+
+Enters through :mod:`fullgraph.datasets.registry`.
 """
 
 from __future__ import annotations

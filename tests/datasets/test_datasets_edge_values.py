@@ -4,6 +4,8 @@
 the forward edge's values, duplicates merged only when their values agree), the OGB layout's
 ``edge_weight.csv.gz`` / ``edge_feat.csv.gz`` written by :func:`write_ogb` and read back (also
 from the processed cache), the PyG converters, and NaN refused.
+
+Enters through :mod:`fullgraph.datasets.edges`.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def test_pyg_converters_carry_edge_values(weighted: Graph) -> None:
 
 
 def test_gnn_benchmark_weighted_adjacency(tmp_path) -> None:
-    from test_datasets_npz import benchmark_arrays, write_benchmark
+    from test_npz_arrays import benchmark_arrays, write_benchmark
 
     from fullgraph.datasets import load
 
@@ -165,7 +167,7 @@ def test_gnn_benchmark_weighted_adjacency(tmp_path) -> None:
 
 
 def _binary(root):
-    from test_datasets_npz import benchmark_arrays, write_benchmark
+    from test_npz_arrays import benchmark_arrays, write_benchmark
 
     write_benchmark(root / "binary", benchmark_arrays())
     return root / "binary"

@@ -2,6 +2,8 @@
 
 The shared copies are read-only: each test links their ``raw/`` directories into a tmp root
 laid out as ``<root>/<name with - as _>/raw`` and loads from there.
+
+Enters through :mod:`fullgraph.datasets.registry`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 The data-loss case of the reliability sweep (issue 22, ``--name mine`` where ``r/mine`` is a
 user's own folder) and its relatives as rows of :data:`REFUSED`; every row, with and without
 ``--force``: exit 2, one line, every file under the root byte for byte as before.
+
+Enters through :mod:`fullgraph.datasets.ogb_writer`.
 """
 
 from __future__ import annotations

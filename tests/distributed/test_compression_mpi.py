@@ -4,6 +4,8 @@ Each (P, transports) pair is one ``mpirun`` launch of ``comm_worker.compress``, 
 every rank that every codec delivers ``dequantize(quantize(rows))`` to the right halo slots and
 returns compressed gradients to their owners, that bytes are booked exactly, that ``none`` is
 bit-identical to the default, that evaluation exchanges float32 and that training learns.
+
+Enters through :mod:`fullgraph.distributed.compression`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ the interface that routes there by itself, although the host name resolves to a 
 address). Both must give the one-process loss. Skips only where namespaces cannot be made (not
 root, no iproute2, a container without CAP_NET_ADMIN); the namespaces have names unique to
 the run and are removed whatever happens.
+
+Enters through :mod:`fullgraph.distributed.launch` and :mod:`fullgraph.distributed.network`.
 """
 
 from __future__ import annotations

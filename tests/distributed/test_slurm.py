@@ -10,6 +10,8 @@ derived from the job id). Also: srun with 3 tasks for 4 parts, ``up`` again, a f
 rolled back and ``down`` leaving nothing. Skipped, with the reason, only where Slurm cannot run
 (not root, no network namespaces, the packages not installable); the script's bad input and
 srun's variables (two local processes, no Slurm) are checked everywhere.
+
+Enters through :mod:`fullgraph.distributed.launch`.
 """
 
 from __future__ import annotations

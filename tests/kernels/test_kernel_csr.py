@@ -1,4 +1,7 @@
-"""CSRMatrix: construction checks, transpose, self loops, GCN and mean weights, back-end choice."""
+"""CSRMatrix: construction checks, transpose, self loops, GCN and mean weights, back-end choice.
+
+Enters through :mod:`fullgraph.kernels.csr`.
+"""
 
 from __future__ import annotations
 

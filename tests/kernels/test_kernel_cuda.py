@@ -1,7 +1,9 @@
 """The Triton kernels compiled for a GPU: spmm and quantize parity on CUDA tensors.
 
 Skipped without CUDA (CI checks the same kernels under Triton's interpreter in
-``test_kernel_spmm.py`` and ``test_quantize.py``); ``bench/gpu_check.sh`` runs this file.
+``test_spmm.py`` and ``test_quantize.py``); ``bench/gpu_check.sh`` runs this file.
+
+Enters through :mod:`fullgraph.kernels.spmm_triton` and :mod:`fullgraph.kernels.quantize_triton`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ import torch
 from fullgraph.kernels import CSRMatrix, dequantize, quantize, spmm
 
 try:  # tests/ on sys.path (pytest's default "prepend" import mode)
-    from test_kernel_spmm import TOLERANCES, dense_reference, make_case
+    from test_spmm import TOLERANCES, dense_reference, make_case
 except ImportError:  # tests/ as a package
-    from tests.test_kernel_spmm import TOLERANCES, dense_reference, make_case
+    from tests.test_spmm import TOLERANCES, dense_reference, make_case
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -3,6 +3,8 @@ bfloat16 rows, and ``spmm_exact`` sums every row in float64, so that the order o
 entries, and a split of its entries into an inner and a halo part, give the same bits.
 
 Every back-end (Triton through its interpreter) against a float64 reference written here.
+
+Enters through :mod:`fullgraph.kernels.spmm`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_kernel_spmm import BACKENDS, dense_reference, make_case, use_backend
+from test_spmm import BACKENDS, dense_reference, make_case, use_backend
 
 from fullgraph.kernels import CSRMatrix, spmm, spmm_add_, spmm_exact
 

@@ -2,6 +2,8 @@
 
 ``edge_weight`` (``4 e``), ``in_weight`` (``8 (n + h)``) and ``edge_attr`` (``4 e F_e``) are read
 with the part and let go with it after set-up; ``fullgraph plan`` names them in a line.
+
+Enters through :mod:`fullgraph.memory.model`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@
 - ``fullgraph plan --predict`` prints predict's table and the training peak beside it;
 - measured on a 1-part partition (fresh processes): predict's peak RSS is at most training's
   for the same model and parts, and within a loose bracket of the plan's prediction.
+
+Enters through :mod:`fullgraph.memory.model`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Mini-batch training across processes: P=2 gradients equal P=1, the CLI, and Cora accuracy."""
+"""Mini-batch training across processes: P=2 gradients equal P=1, the CLI, and Cora accuracy.
+
+Enters through :mod:`fullgraph.minibatch.trainer`.
+"""
 
 from __future__ import annotations
 

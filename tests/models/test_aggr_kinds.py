@@ -4,6 +4,8 @@ Each layer's output and gradients equal PyG's ``SAGEConv(aggr=...)`` / ``GraphCo
 with the same weights to 1e-6 in float64 on a graph with isolated nodes and a hub, and so do
 the ``fullgraph.pyg`` twins of those PyG layers; a whole model's losses over 5 epochs equal a
 plain PyG model's; the options are checked.
+
+Enters through :mod:`fullgraph.models.layers.sage` and :mod:`fullgraph.models.layers.graphconv`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ filled with the mean of the row's in-edge features, a number or their sum). Outp
 gradient and every parameter gradient, on a random graph with
 isolated nodes and a hub. (P ranks against one process: ``tests/pyg/test_pyg_edge_values.py``,
 ``tests/training/test_train_edge_weight.py``.)
+
+Enters through :mod:`fullgraph.models.layers`.
 """
 
 from __future__ import annotations

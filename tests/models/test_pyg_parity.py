@@ -6,6 +6,8 @@ way everywhere would pass them. Here each layer's output and gradients equal PyG
 weights to 1e-6 in float64 (on Cora and on a random graph with isolated nodes and a hub), and the
 whole model's loss over 5 epochs equals a plain PyG model's trained from the same initial weights
 without dropout.
+
+Enters through :mod:`fullgraph.models.layers`.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@
 The subprocesses run the real command line (``fullgraph.cli.main``, with its SIGTERM handler)
 with one write step slowed down by a sleep, so that the signal lands deterministically while
 the temporary directory exists rather than depending on the machine's speed.
+
+Enters through :mod:`fullgraph.partition.build`.
 """
 
 from __future__ import annotations

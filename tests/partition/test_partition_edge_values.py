@@ -5,6 +5,8 @@ Every edge is stored once, by the part owning its target, aligned with the part'
 (against the graph's edges), then the verifier's own checks: a changed value, values permuted
 within a part (misaligned), a corrupted file, a graph with other values, NaN refused at
 partition time, and a partition without edge values still loading.
+
+Enters through :mod:`fullgraph.partition.build` and :mod:`fullgraph.partition.load`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Bad input around partitions: corruption, truncation, overwrite, failures midway, bad P, CLI."""
+"""Bad input around partitions: corruption, truncation, overwrite, failures midway, bad P, CLI.
+
+Enters through :mod:`fullgraph.partition.build` and :mod:`fullgraph.partition.verify`.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ set to the dataset being read, to its root, to another dataset root holding a da
 user's notes, to a folder holding two other partitions, to a user's folder holding only
 ``thesis.tex``, to a partition a user added a file to. Every row, with and without ``--force``:
 exit 2, one line, every file under the test's directory byte for byte as before.
+
+Enters through :mod:`fullgraph.partition.build`.
 """
 
 from __future__ import annotations

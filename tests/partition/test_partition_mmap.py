@@ -1,4 +1,7 @@
-"""Partitioning a memory-mapped graph: the same files as from memory, and no copies on the way."""
+"""Partitioning a memory-mapped graph: the same files as from memory, and no copies on the way.
+
+Enters through :mod:`fullgraph.partition.build`.
+"""
 
 from __future__ import annotations
 

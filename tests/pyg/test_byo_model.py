@@ -10,6 +10,8 @@ model's on one process; with dropout on (hashed masks, attention dropout include
 the converted model's on one process. Unsupported layers and calls are refused in one line
 naming them, before the first step; the support table of ``docs/pyg.md`` is the registry's; the
 distributed example differs from the single-process one in at most five lines.
+
+Enters through :mod:`fullgraph.pyg.convert`.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ with attention dropout) trains three SGD steps on the parts of a graph with edge
 features, over mpi and gloo: with dropout off its gradients, losses, parameters and accuracy
 equal the ORIGINAL PyG model's on the whole graph; with dropout on, the converted model's on one
 process.
+
+Enters through :mod:`fullgraph.pyg.edge_twins`.
 """
 
 from __future__ import annotations

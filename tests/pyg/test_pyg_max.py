@@ -4,6 +4,8 @@
 and a ``GraphConv`` model (maximum, then mean) converted on one process and trained on 2 ranks
 equal the original models on one process (dropout off) and the converted ones (dropout on).
 The twins against PyG's layers, in float64: ``tests/models/test_aggr_kinds.py``.
+
+Enters through :mod:`fullgraph.pyg.twins`.
 """
 
 from __future__ import annotations

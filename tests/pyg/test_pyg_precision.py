@@ -9,6 +9,8 @@ On one process bf16-mixed is on (it changes the logits, by little; a bias-free l
 output is a bfloat16 product), an unknown value or bf16-mixed without hardware support is the
 one line of ``fullgraph train``, raised before anything is converted (once under ``mpirun``),
 and ``auto`` falls back to float32 with one line.
+
+Enters through :mod:`fullgraph.pyg.convert`.
 """
 
 from __future__ import annotations

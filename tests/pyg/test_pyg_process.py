@@ -9,6 +9,8 @@
 - ``load_part`` of a wrong thing under ``mpirun``: one line, every rank ends with status 1.
 - ``import fullgraph.pyg`` before torch sets ``OMP_WAIT_POLICY=PASSIVE`` (it takes effect: no
   CPU spent by idle OpenMP threads); after torch it cannot, and rank 0 says so once.
+
+Enters through :mod:`fullgraph.pyg.process`.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ pyg.load_part(build_sbm_graph(), threads=1, timeout=float(sys.argv[1]))
 @pytest.mark.timeout(200)
 def test_a_rank_stopped_before_its_start_up_ends_the_job_as_the_cli(tmp_path) -> None:
     """Rank 0's line is the one ``fullgraph train`` prints when a peer stopped before MPI
-    started (tests/training/test_run_faults.py), labelled ``fullgraph.pyg``; status 4."""
+    started (tests/commands/test_run_faults.py), labelled ``fullgraph.pyg``; status 4."""
     script = tmp_path / "stops_early.py"
     script.write_text(STOPS_BEFORE_LOAD_PART)
     env = {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}

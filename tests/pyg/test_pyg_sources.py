@@ -7,6 +7,8 @@
 - ``pyg.partition`` and ``fullgraph partition --pyg`` write the parts that ``load_part(data)``
   builds in the process, and ``load_part(DIR)`` trains on them as on the in-process parts.
 - ``load_part`` of a wrong thing says what it got and what it takes, in one line.
+
+Enters through :mod:`fullgraph.pyg.sources`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Which ranks print the one error line of a check every rank makes before they connect."""
+"""Which ranks print the one error line of a check every rank makes before they connect.
+
+Enters through :mod:`fullgraph.run.command`.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@
 - a ``MASTER_ADDR:MASTER_PORT`` where something else listens: one line naming the address,
   without torch's C++ stack trace;
 - a peer on another host that stops answering is named with its host.
+
+Enters through :mod:`fullgraph.run.outputs`.
 """
 
 from __future__ import annotations

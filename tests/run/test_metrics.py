@@ -1,5 +1,5 @@
 """The metrics: ROC-AUC against a pairwise count, OGB's ``Evaluator`` convention, which metric a
-dataset gets, and the per-split metrics of one process (P ranks: tests/training/test_train_cli.py).
+dataset gets, and the per-split metrics of one process (P ranks: tests/commands/test_train.py).
 """
 
 from __future__ import annotations

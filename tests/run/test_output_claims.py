@@ -2,7 +2,10 @@
 only a model file (``--force`` or not), no output goes inside another command's directory, one
 writer per output file (:class:`~fullgraph.run.claim.FileClaim`), predict takes its disk room
 before it maps a row, and a checkpoint run that fails before its first save leaves nothing of
-its own while an earlier run's files stay."""
+its own while an earlier run's files stay.
+
+Enters through :mod:`fullgraph.run.claim`.
+"""
 
 from __future__ import annotations
 

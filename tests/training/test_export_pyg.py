@@ -17,7 +17,7 @@ with ``fullgraph.pyg``, whose ``state_dict`` is already PyG's.
   ``model.state_dict()`` loads into a fresh plain PyG model (``strict=True``) that gives the
   distributed model's logits in one process.
 
-This file is also the worker of the last test (``python tests/training/test_export.py --task
+This file is also the worker of the last test (``python tests/training/test_export_pyg.py --task
 pyg_trained``, run by :func:`harness.run_task`).
 """
 

@@ -9,6 +9,8 @@ GAT recipe (PyG ``examples/gat.py``, Velickovic et al.): 8 heads x 8 hidden conc
 output head, dropout 0.6 on the input, between the layers and on the attention coefficients,
 Adam lr 0.005, weight decay 5e-4 on every layer, row-normalised features, 200 epochs (ReLU
 between the layers, as that example). Published: 83.0% on Cora; target 82.0%.
+
+Enters through :mod:`fullgraph.training.trainer`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """``TrainConfig``'s rules between fields and bounds: a warm-up that ends within the run, a
-depth fullgraph trains; one line each, before any work."""
+depth fullgraph trains; one line each, before any work.
+
+Enters through :mod:`fullgraph.training.config`.
+"""
 
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ variants of ``train_worker.EDGE_VARIANTS`` (dropout on, with and without the pre
 aggregation, with ``--norm batch``) train on P = 1, 2, 4 ranks over mpi and gloo and their
 first-step logits and gradients and every epoch's loss equal one process's on the whole graph.
 (Against PyG's ``GCNConv``: ``tests/models/test_edge_parity.py``.)
+
+Enters through :mod:`fullgraph.training.trainer`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ GCN with ``--norm batch``, SAGE with ``--norm layer --residual``; SAGE without r
 pruning, which the pruned ranks must equal as well; GIN with and without the precomputed first
 aggregation; SAGE and GraphConv with ``--aggr max``, GraphConv with its sum). The
 reference runs the same code in this process on the whole graph.
+
+Enters through :mod:`fullgraph.training.trainer`.
 """
 
 from __future__ import annotations
