@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from harness import EXACT, assert_matches_one_process
 from mp_utils import one_thread, run_mpi
 
 from fullgraph.cli import main as cli_main
@@ -42,19 +43,16 @@ def _arrays(out: Path) -> dict[str, np.ndarray]:
 
 
 def _close(got: dict[str, np.ndarray], ref: dict[str, np.ndarray], what: str) -> None:
-    for name, a in got.items():
-        if name == "predictions.npy":
-            np.testing.assert_array_equal(a, ref[name], err_msg=f"{what}: {name}")
-        elif name == "probabilities.npy":
-            z = np.asarray(ref["logits.npy"], dtype=np.float64)
-            e = np.exp(z - z.max(axis=1, keepdims=True))
-            soft = e / e.sum(axis=1, keepdims=True)
-            np.testing.assert_allclose(a, soft, rtol=RTOL, atol=ATOL, err_msg=what)
-            np.testing.assert_allclose(a.sum(axis=1), 1.0, rtol=1e-5)
-        else:
-            np.testing.assert_allclose(
-                a, ref[name], rtol=RTOL, atol=ATOL, err_msg=f"{what}: {name}"
-            )
+    """Every file of ``got`` equals one process's ``ref`` (the predictions exactly, the
+    probabilities as the softmax of its logits)."""
+    want = dict(ref)
+    if "probabilities.npy" in got:
+        z = np.asarray(ref["logits.npy"], dtype=np.float64)
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        want["probabilities.npy"] = e / e.sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(got["probabilities.npy"].sum(axis=1), 1.0, rtol=1e-5)
+    tolerances = {n: EXACT if n == "predictions.npy" else (RTOL, ATOL) for n in got}
+    assert_matches_one_process(got, want, tolerances, where=what)
 
 
 @pytest.fixture(scope="module")
@@ -160,10 +158,15 @@ def test_a_model_predicts_new_nodes_at_any_rank_count(make_graph, tmp_path: Path
     two = tmp_path / "two"
     run_mpi(2, [*PREDICT, "--parts", str(parts), *common, "--out", str(two)], 200)
     ref, got = _arrays(one), _arrays(two)
-    for name in ref:
-        assert got[name].shape[0] == grown.num_nodes
-        np.testing.assert_allclose(got[name][new], ref[name][new], rtol=RTOL, atol=ATOL)
-        np.testing.assert_allclose(got[name], ref[name], rtol=RTOL, atol=ATOL)
+    assert all(got[name].shape[0] == grown.num_nodes for name in ref), got
+    tolerances = dict.fromkeys(ref, (RTOL, ATOL))
+    assert_matches_one_process(
+        {name: got[name][new] for name in ref},
+        {name: ref[name][new] for name in ref},
+        tolerances,
+        where="P=2, the new nodes",
+    )
+    assert_matches_one_process(got, ref, tolerances, where="P=2, every node")
     test = grown.test_mask
     record = json.loads((two / "predict.json").read_text())
     tested = (ref["predictions.npy"][test] == grown.y[test]).mean()

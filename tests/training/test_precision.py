@@ -5,12 +5,13 @@ line with exit status 2.
 The exact comparison runs :data:`BF16_VARIANTS` of ``train_worker.VARIANTS`` at bf16-mixed in
 one ``mpirun`` launch per P (mpi, then gloo) against the same code in this process on the whole
 graph, as ``test_train_exact.py`` does for float32.
+
+Enters through :mod:`fullgraph.training.trainer`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 import train_worker
-from harness import run_task
+from harness import assert_matches_one_process, run_task
 from mp_utils import one_thread
 from train_worker import run_variants
 
@@ -83,21 +84,15 @@ def test_bf16_ranks_match_one_process(
         precision="bf16-mixed",
         variants=",".join(BF16_VARIANTS),
     )
-    drift = {  # every variant's largest loss difference, reported together
-        (transport, name): float(
-            np.abs(result[f"{transport}/{name}/losses"] - reference[f"{name}/losses"]).max()
-        )
-        for transport, name in itertools.product(names, BF16_VARIANTS)
-    }
-    over = {k: v for k, v in drift.items() if v > LOSS_ATOL.get(k[1], 1e-4)}
-    assert not over, f"bf16 losses drift from one process (P={ranks}): {over}; all: {drift}"
-    for transport, name in itertools.product(names, BF16_VARIANTS):
-        np.testing.assert_allclose(  # exact sums: the first forward pass is the same
-            result[f"{transport}/{name}/logits"],
-            reference[f"{name}/logits"],
-            rtol=1e-6,
-            atol=1e-6,
-            err_msg=f"{name}: bf16 step-1 logits (P={ranks}, {transport})",
+    for transport in names:  # exact sums: the first forward pass is the same
+        got = {k.split("/", 1)[1]: result[k] for k in result if k.startswith(f"{transport}/")}
+        assert_matches_one_process(
+            got,
+            reference,
+            {"logits": (1e-6, 1e-6), "losses": (0.0, 1e-4)},
+            names=BF16_VARIANTS,
+            where=f"bf16-mixed, P={ranks}, {transport}",
+            tolerance_of={f"{name}/losses": (0.0, atol) for name, atol in LOSS_ATOL.items()},
         )
     for name in BF16_VARIANTS:  # the transports move the same bytes in the same order
         for what in ("logits", "grads", "losses"):
