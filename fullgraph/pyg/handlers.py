@@ -23,6 +23,7 @@ from fullgraph.pyg.twins import (
 
 
 def gcn(path: str, conv: Any, c: Conversion) -> nn.Module:
+    """``GCNConv``: its twin, for Kipf-Welling GCN (normalised, self-loops, sum, in-edges)."""
     check(
         path,
         conv,
@@ -51,6 +52,7 @@ def check_sum_flow(path: str, conv: Any) -> None:
 
 
 def gine(path: str, conv: Any, c: Conversion) -> nn.Module:
+    """``GINEConv``: its twin (the sum over incoming neighbours only)."""
     check_sum_flow(path, conv)
     return GINEConvTwin(conv, c.part)
 
@@ -60,6 +62,7 @@ AGGRS = ("mean", "sum", "add", "max")
 
 
 def sage(path: str, conv: Any, c: Conversion) -> nn.Module:
+    """``SAGEConv``: its twin, for the aggregations that have one (:data:`AGGRS`)."""
     if conv.aggr not in AGGRS:
         raise refuse(
             path, conv, f"aggr={conv.aggr!r}: only the mean, sum and max aggregations have a twin"
@@ -74,6 +77,7 @@ def sage(path: str, conv: Any, c: Conversion) -> nn.Module:
 
 
 def graphconv(path: str, conv: Any, c: Conversion) -> nn.Module:
+    """``GraphConv``: its twin, for the aggregations that have one (:data:`AGGRS`)."""
     if conv.aggr not in AGGRS:
         raise refuse(
             path, conv, f"aggr={conv.aggr!r}: only the mean, sum and max aggregations have a twin"
@@ -91,6 +95,7 @@ def graphconv(path: str, conv: Any, c: Conversion) -> nn.Module:
 
 
 def gat(path: str, conv: Any, c: Conversion) -> nn.Module:
+    """``GATConv``: its twin (with edge features: the edge twin), its attention index counted."""
     if conv.edge_dim is not None:
         return gat_edges(path, conv, c)
     if "gat" not in layer_kinds():
@@ -114,6 +119,7 @@ def gat(path: str, conv: Any, c: Conversion) -> nn.Module:
 
 
 def gat_edges(path: str, conv: Any, c: Conversion) -> nn.Module:
+    """``GATConv`` with edge features: its edge twin."""
     fill = conv.fill_value
     check(
         path,
@@ -135,11 +141,13 @@ def gat_edges(path: str, conv: Any, c: Conversion) -> nn.Module:
 
 
 def gin(path: str, conv: Any, c: Conversion) -> nn.Module:
+    """``GINConv``: its twin (the sum over incoming neighbours only)."""
     check_sum_flow(path, conv)
     return GINConvTwin(conv, c.part)
 
 
 def batch_norm(path: str, bn: Any, c: Conversion) -> nn.Module:
+    """``BatchNorm1d``: its twin (statistics over every rank's rows)."""
     check(
         path,
         bn,
@@ -154,18 +162,21 @@ def batch_norm(path: str, bn: Any, c: Conversion) -> nn.Module:
 
 
 def dropout(path: str, module: Any, c: Conversion) -> nn.Module:
+    """``Dropout``: the hashed dropout, keyed by node."""
     if not 0.0 <= module.p < 1.0:
         raise refuse(path, module, f"p={module.p}: the drop probability must be below 1")
     return HashedDropout(module.p)
 
 
 def pyg_batch_norm(path: str, module: Any, c: Conversion) -> bool:
+    """PyG's ``BatchNorm``: kept, its ``BatchNorm1d`` looked at."""
     if module.allow_single_element:
         raise refuse(path, module, "allow_single_element=True is not supported")
     return True
 
 
 def pyg_layer_norm(path: str, module: Any, c: Conversion) -> bool:
+    """PyG's ``LayerNorm``: kept in ``mode='node'`` (each node on its own)."""
     if module.mode != "node":
         raise refuse(
             path,
@@ -176,34 +187,41 @@ def pyg_layer_norm(path: str, module: Any, c: Conversion) -> bool:
 
 
 def per_row(path: str, module: Any, c: Conversion) -> bool:
+    """torch's ``LayerNorm`` / ``RMSNorm``: kept over the feature width alone."""
     if len(module.normalized_shape) != 1:
         raise refuse(path, module, "normalized_shape must be the feature width alone")
     return False
 
 
 def softmax(path: str, module: Any, c: Conversion) -> bool:
+    """``Softmax``, ``Softmin``, ``LogSoftmax``, ``GLU``: kept over the feature axis."""
     if module.dim not in (None, -1, 1):
         raise refuse(path, module, f"dim={module.dim} mixes nodes (use dim=-1)")
     return False
 
 
 def keep(path: str, module: nn.Module, c: Conversion) -> bool:
+    """Kept as it is (it acts on every node's row alone)."""
     return False
 
 
 def walk(path: str, module: nn.Module, c: Conversion) -> bool:
+    """Kept, its children looked at."""
     return True
 
 
 def trim(path: str, module: nn.Module, c: Conversion) -> nn.Module:
+    """PyG's ``TrimToLayer``: its twin (a rank computes every layer on all its rows)."""
     return TrimToLayerTwin()
 
 
 def refuser(why: str) -> Handler:
-    def refuse(path: str, module: nn.Module, c: Conversion) -> bool:
+    """A handler refusing every module it is given, for ``why``."""
+
+    def refusing(path: str, module: nn.Module, c: Conversion) -> bool:
         raise refuse(path, module, why)
 
-    return refuse
+    return refusing
 
 
 def ours(path: str, module: nn.Module, c: Conversion) -> bool:
