@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness import assert_matches_one_process
 from mp_utils import one_thread
 
 from fullgraph.cli import main as cli_main
@@ -112,10 +113,18 @@ def test_batch_norm_over_split_rows_equals_one_process(ranks: int) -> None:
         t.start()
     for t in threads:
         t.join(30)
-    torch.testing.assert_close(torch.cat([grads[r] for r in range(ranks)]), xa.grad)
-    weight_grad = sum(n.weight.grad for n in norms)
-    torch.testing.assert_close(weight_grad, one.weight.grad)
-    torch.testing.assert_close(norms[0].running_var, one.running_var)
+    names = [f"rank {r}" for r in range(ranks)]
+    got = {f"rank {r}/input gradient": grads[r] for r in range(ranks)}
+    got |= {f"rank {r}/running_var": norms[r].running_var for r in range(ranks)}
+    want = {f"rank {r}/input gradient": xa.grad[bounds[r] : bounds[r + 1]] for r in range(ranks)}
+    want |= {f"rank {r}/running_var": one.running_var for r in range(ranks)}
+    got["weight gradient"] = sum(n.weight.grad for n in norms)  # each rank's part, summed
+    want["weight gradient"] = one.weight.grad
+    float64 = (1e-7, 1e-7)  # torch.testing.assert_close's float64 tolerance
+    tolerances = {"input gradient": float64, "running_var": float64}
+    where = f"BatchNorm over {ranks} ranks' rows"
+    assert_matches_one_process(got, want, tolerances, names=names, where=where)
+    assert_matches_one_process(got, want, {"weight gradient": float64}, where=where)
 
 
 def test_unknown_norm_is_refused() -> None:
