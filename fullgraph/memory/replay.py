@@ -76,7 +76,8 @@ class RankReplay:
         self.slice_counts: set[int] = set()
         #: the layer options and the kind's class under them (its traits)
         self.options = cfg.layer_options()
-        self.kind = kind = layer_class(cfg.model).variant(self.options)
+        self.kind = layer_class(cfg.model).variant(self.options)
+        kind = self.kind
         #: the body adds ``h R^T`` (SAGE, GIN): it keeps its input in either order
         self.root = kind.root_term
         #: ReLU in place and ``Linear(out, out)`` after the body (GIN's MLP)

@@ -68,8 +68,9 @@ class PygExport:
         keys: PyG's ``state_dict`` key under ``convs.i.`` -> ours under ``layers.i.``.
         basic_gnn: PyG's own model of these layers (``torch_geometric.nn.models.GCN``'s
             ``GCN``), or ``None``: PyG has none.
-        basic_kwargs: the kind's own arguments of that model for the export's init args, or
-            ``None`` where it would not give the same logits; ``None``: no arguments.
+        basic_kwargs: the kind's own arguments of that model, from the export's init args (the
+            function returns ``None`` where the model would not give the same logits);
+            ``None``: the model takes none.
         not_exported: the kind's options an export cannot carry yet (refused, naming them).
     """
 
