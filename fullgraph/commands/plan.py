@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fullgraph.commands.plan_table import SHORT, PlanOptions, print_fits, size_table
 from fullgraph.config import option
@@ -35,6 +36,9 @@ from fullgraph.memory.model import (
 )
 from fullgraph.memory.plan import GIB, MIB, machine_memory_bytes, mib, node_fits
 from fullgraph.training.config import TrainConfig, TrainData
+
+if TYPE_CHECKING:
+    from fullgraph.partition import Partition
 
 __all__ = ["PlanOptions", "print_fits", "size_table", "SHORT"]
 
@@ -175,14 +179,33 @@ class OptionsAfter(argparse._SubParsersAction):
 
 def _shape(data: PlanData, cfg: TrainConfig) -> tuple[GraphShape, str]:
     """The planned run's shape and how to name its data: a partition's, every file verified,
-    or the whole graph's, read as ``fullgraph train`` reads it (one process)."""
+    or the whole graph's, read as ``fullgraph train`` reads it (one process); every part
+    passed the check the layer kind makes of it before training (:func:`_part_check`)."""
+    check = _part_check(cfg)
     if data.parts is not None:
-        return verified_shape(data.parts), f"{data.parts}"
+        shape = verified_shape(data.parts)
+        if check is not None:  # one part at a time, memory-mapped, as each rank would
+            from fullgraph.partition import load_partition
+
+            for rank in range(shape.num_parts):
+                check(load_partition(data.parts, rank))
+        return shape, f"{data.parts}"
     part = data.load_part(None, 0, cfg.seed)
+    if check is not None:
+        check(part)
     shape = GraphShape.from_part(part, data.label)
     del part
     named = f"--dataset {data.dataset} --root {data.root}" if data.dataset else data.label
     return shape, f"the whole graph in one process, {named}"
+
+
+def _part_check(cfg: TrainConfig) -> Callable[[Partition], None] | None:
+    """The check ``fullgraph train`` makes of every part under the run's layer options (GCN's
+    weighted degrees), so that the plan of a run training would refuse is refused alike."""
+    from fullgraph.models.layers import layer_class
+
+    options = cfg.layer_options()
+    return layer_class(cfg.model).variant(options).part_check(options)
 
 
 def _floor(cfg: TrainConfig, graph: GraphShape, ranks_per_node: int) -> int:

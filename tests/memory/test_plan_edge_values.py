@@ -33,3 +33,16 @@ def test_setup_counts_the_stored_edge_values(small_graph, tmp_path, capsys) -> N
     assert main(["plan", "--parts", str(tmp_path / "p"), "--floor-mb", "100"]) == 0
     out = capsys.readouterr().out
     assert "stored edge values (edge weights + weighted degrees, 5-wide edge features)" in out
+
+
+def test_plan_refuses_what_training_refuses(small_graph, tmp_path, capsys) -> None:
+    """Negated weights leave GCN's ``D^-1/2`` undefined: ``fullgraph plan --edge-weight`` gives
+    the line ``fullgraph train`` would, before any memory figure; unweighted, it plans."""
+    weighted = with_edge_values(small_graph)
+    negated = replace(weighted, edge_weight=-weighted.edge_weight)
+    partition_graph(negated, 2, tmp_path / "p", seed=0)
+    argv = ["plan", "--parts", str(tmp_path / "p"), "--floor-mb", "100"]
+    assert main([*argv, "--edge-weight"]) == 2
+    captured = capsys.readouterr()
+    assert "D^-1/2 is not defined" in captured.err and "MiB" not in captured.out
+    assert main(argv) == 0

@@ -223,6 +223,14 @@ def weight_rows() -> list[Row]:
                 protect=("pw",),
                 timeout=120,
             ),
+            Row(
+                f"plan --edge-weight {opts} of a partition with edge weights {what}",
+                f"fullgraph plan --parts pw --edge-weight {opts}",
+                setup=(*setup, PARTITION_TW),
+                needle=needle,
+                protect=("pw",),
+                timeout=90,
+            ),
         ]
     rows.append(
         Row(
