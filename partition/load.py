@@ -270,6 +270,26 @@ def check_halo_maps(root: Path, rank: int, num_inner: int, arrays: dict[str, np.
         )
 
 
+def check_peer_counts(counts: list[tuple[list[int], list[int]]]) -> None:
+    """Every part sends each other part the number of rows that part's receive map expects
+    from it: ``counts[r]`` is part ``r``'s ``(rows sent to each part, rows received from each
+    part)``, from its ``send_offsets`` and ``recv_offsets``. A rank sees its own part only, so
+    the ranks gather their counts at set-up (:meth:`~fullgraph.distributed.halo.HaloPlan.
+    from_partition`); a mismatch would silently misplace rows in every exchange.
+
+    Raises:
+        PartitionError: the first part pair (in rank order) whose counts disagree.
+    """
+    for r, (sends, _) in enumerate(counts):
+        for q, (_, receives) in enumerate(counts):
+            if sends[q] != receives[r]:
+                raise PartitionError(
+                    f"part {r} sends {sends[q]} rows to part {q} ({file_key(r, 'send_offsets')}) "
+                    f"but part {q} expects {receives[r]} from it "
+                    f"({file_key(q, 'recv_offsets')}): the parts' halo maps disagree; {REWRITE}"
+                )
+
+
 def load_partition(
     path: str | os.PathLike[str] | PartitionDir,
     rank: int,

@@ -44,7 +44,9 @@ from fullgraph.distributed.communicator import Communicator, PendingExchange
 from fullgraph.distributed.compression import BACKWARD, FORWARD, HaloCompression, record_bytes
 from fullgraph.distributed.exchange_slices import ExchangeSlice
 from fullgraph.distributed.split_operator import SplitOperator
+from fullgraph.errors import PartitionError, mark_replicated
 from fullgraph.kernels import spmm, spmm_exact
+from fullgraph.partition.load import check_peer_counts
 from fullgraph.precision import FLOAT32, Precision
 
 if TYPE_CHECKING:
@@ -100,7 +102,9 @@ class HaloPlan:
     ) -> HaloPlan:
         """Build the plan from a partition's ``send_index``/``send_offsets``/``recv_offsets``.
 
-        A collective: every rank calls it (the largest exchange is agreed on by all-reduce).
+        A collective: every rank calls it (the largest exchange is agreed on by all-reduce,
+        and every part's counts of rows sent to and received from each peer checked against
+        the peer's: :func:`~fullgraph.partition.load.check_peer_counts`).
 
         Args:
             part: the rank's part.
@@ -111,6 +115,11 @@ class HaloPlan:
         """
         send_counts = np.diff(np.asarray(part.send_offsets)).astype(int).tolist()
         recv_counts = np.diff(np.asarray(part.recv_offsets)).astype(int).tolist()
+        if comm.size > 1:  # every rank sees every pair: the verdict is the same on each
+            try:
+                check_peer_counts(comm.allgather_object((send_counts, recv_counts)))
+            except PartitionError as exc:
+                raise mark_replicated(exc) from None
         rows = torch.tensor([float(max(sum(send_counts), sum(recv_counts)))], dtype=torch.float64)
         return cls(
             comm=comm,

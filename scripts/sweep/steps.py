@@ -90,10 +90,10 @@ def _edit_part_meta(rank: int, key: str, value: object) -> Setup:
     return setup
 
 
-def _npy_set(rel: str, index: int, value: float) -> Setup:
+def _npy_set(rel: str, index: int, value: float, add: bool = False) -> Setup:
     def setup(w: Path) -> None:
         a = np.load(w / rel)
-        a[index] = value
+        a[index] = a[index] + value if add else value
         np.save(w / rel, a)
 
     return setup
@@ -239,6 +239,7 @@ SETUP_STEPS: dict[str, Callable[..., Setup]] = {
     "set meta": lambda key, value: _edit_meta(key, None, value),
     "set part meta": _edit_part_meta,  # rank, key, value
     "npy set": _npy_set,  # rel, index, value: one entry of a part's array (checksum not kept)
+    "npy add": lambda rel, index, delta: _npy_set(rel, index, delta, add=True),
     # the .npz dataset
     "npz set": _npz_set,  # key, index, value[, dtype the array is stored as]
     "npz reverse": lambda key: _npz_edit(**{key: lambda a: a[::-1].copy()}),

@@ -458,3 +458,21 @@ def test_a_short_array_never_reads_as_a_negative_count(parts4, key, array):
     with pytest.raises(PartitionError) as info:
         load_partition(parts4, 0)
     assert not re.search(r"(?<![\w\[])-\d", str(info.value)), info.value
+
+
+def test_halo_counts_that_disagree_across_parts_are_refused(parts4):
+    """Rows moved from one peer's count to another's keep every part's own invariants; only
+    the peers' counts side by side show it (before: 3 ranks trained on misplaced rows, exit 0)."""
+    from fullgraph.partition.load import check_peer_counts
+
+    parts = [load_partition(parts4, r, verify_checksums=False) for r in range(4)]
+    counts = [
+        (np.diff(p.send_offsets).tolist(), np.diff(p.recv_offsets).tolist()) for p in parts
+    ]
+    check_peer_counts(counts)
+    sends, receives = counts[2]
+    peers = [q for q in range(4) if q != 2 and receives[q] > 0]
+    receives[peers[0]] += 1
+    receives[peers[1]] -= 1  # the same halo rows in all: part 2's own checks still pass
+    with pytest.raises(PartitionError, match=rf"part {peers[0]} sends .* rows to part 2 .* but "):
+        check_peer_counts(counts)

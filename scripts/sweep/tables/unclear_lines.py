@@ -99,10 +99,21 @@ def halo_rows() -> list[Row]:
     return rows
 
 
+#: Three parts of ``tiny``; part 2 then expects one row more from part 0, one fewer from part 1.
+THREE_PARTS = ("run", "fullgraph partition {tiny} --parts 3 --out p3")
+SHIFTED_RECV = (("npy add", "p3/part-2/recv_offsets.npy", 1, 1),)
+
 UNCLEAR_LINES = table(
     "unclear lines",
     *value_rows(),
     *halo_rows(),
+    Row(
+        "train --no-verify at 3 ranks with halo counts that disagree across parts",
+        "mpirun -n 3 fullgraph train --parts p3 --quiet --epochs 1 --no-verify",
+        setup=(THREE_PARTS, *SHIFTED_RECV),
+        needle="halo maps disagree",
+        timeout=120,
+    ),
     Row(
         "data synth --edge-dim 10**8",
         "fullgraph data synth --preset tiny --name wide --root data --edge-dim 100000000",
