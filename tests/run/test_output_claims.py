@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from cli_run import assert_one_line, run_cli
 from file_tree import tree
 from mp_utils import one_thread
 
@@ -25,18 +26,6 @@ from fullgraph.training import inference
 from fullgraph.training.inference import create_files
 
 TRAIN = ["train", "--threads", "1", "--quiet", "--synthetic", "tiny", "--epochs", "2"]
-
-
-def _cli(argv: list[str], capsys) -> tuple[int, str]:
-    with one_thread():
-        code = cli_main(argv)
-    return code, capsys.readouterr().err
-
-
-def _one_line(code: int, err: str, needle: str) -> None:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert needle in lines[0], (needle, lines[0])
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +58,8 @@ def test_save_model_never_replaces_another_kind_of_output(
 ) -> None:
     before = tree(finished)
     argv = [*TRAIN, "--save-model", str(finished / target), *(["--force"] if force else [])]
-    code, err = _cli(argv, capsys)
-    _one_line(code, err, needle)
+    code, _, err = run_cli(argv, capsys)
+    assert_one_line(code, err, needle)
     assert tree(finished) == before
 
 
@@ -78,7 +67,7 @@ def test_a_model_file_is_replaced_by_force(finished: Path, tmp_path: Path, capsy
     model = tmp_path / "m.pt"
     model.write_bytes((finished / "run.model.pt").read_bytes())
     inode = model.stat().st_ino
-    code, err = _cli([*TRAIN, "--save-model", str(model), "--force"], capsys)
+    code, _, err = run_cli([*TRAIN, "--save-model", str(model), "--force"], capsys)
     assert code == 0 and model.stat().st_ino != inode, err  # written anew, renamed over it
     assert not claim_path(model).exists()  # the claim leaves nothing beside the model
 
@@ -87,8 +76,8 @@ def test_a_model_file_is_replaced_by_force(finished: Path, tmp_path: Path, capsy
 def test_a_checkpoint_into_a_prediction_is_refused(finished: Path, force: bool, capsys) -> None:
     before = tree(finished)
     argv = [*TRAIN, "--checkpoint", str(finished / "pred"), *(["--force"] if force else [])]
-    code, err = _cli(argv, capsys)
-    _one_line(code, err, "--checkpoint")
+    code, _, err = run_cli(argv, capsys)
+    assert_one_line(code, err, "--checkpoint")
     assert tree(finished) == before
 
 

@@ -20,10 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_run import assert_one_line, run_cli
 from file_tree import tree
-from mp_utils import one_thread
 
-from fullgraph.cli import main as cli_main
 from fullgraph.datasets.ogb_writer import write_ogb
 from fullgraph.datasets.synthetic import generate
 from fullgraph.partition import partition_graph
@@ -40,21 +39,6 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_ogb(graph, base / "data", "tiny")
     partition_graph(graph, 1, base / "p1", method="contiguous")
     return base
-
-
-def _cli(argv: list[str], capsys) -> tuple[int, str]:
-    with one_thread():
-        code = cli_main(argv)
-    return code, capsys.readouterr().err
-
-
-def _one_line(code: int, err: str, *needles: str) -> None:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("fullgraph "), err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 #: case -> (the command line, given (inputs, tmp); what the one line says)
@@ -115,8 +99,8 @@ def test_overlapping_outputs_are_refused_before_work(
 ) -> None:
     argv, needle = OVERLAPS[case]
     before = tree(inputs, tmp_path)
-    code, err = _cli(argv(inputs, tmp_path), capsys)
-    _one_line(code, err, needle)
+    code, _, err = run_cli(argv(inputs, tmp_path), capsys)
+    assert_one_line(code, err, needle)
     assert tree(inputs, tmp_path) == before
 
 
@@ -184,20 +168,20 @@ def test_files_fullgraph_did_not_write_are_never_replaced(
     make(tmp_path)
     before = tree(inputs, tmp_path)
     argv = [a.format(t=tmp_path, i=inputs) for a in argv] + (["--force"] if force else [])
-    code, err = _cli(argv, capsys)
-    _one_line(code, err, needle.format(t=tmp_path), "choose another", "remove it yourself")
+    code, _, err = run_cli(argv, capsys)
+    assert_one_line(code, err, needle.format(t=tmp_path), "choose another", "remove it yourself")
     assert tree(inputs, tmp_path) == before
 
 
 def test_resume_never_cuts_a_foreign_log(tmp_path: Path, capsys) -> None:
     ckpt, log = tmp_path / "ck", tmp_path / "run.jsonl"
     outputs = ["--synthetic", "tiny", "--checkpoint", str(ckpt), "--log-json", str(log)]
-    code, err = _cli([*TRAIN, *outputs], capsys)
+    code, _, err = run_cli([*TRAIN, *outputs], capsys)
     assert code == 0, err
     log.write_text("my notes\n")
     before = tree(tmp_path)
-    code, err = _cli([*TRAIN[:-1], "3", *outputs, "--resume"], capsys)
-    _one_line(code, err, "is not a training log written by fullgraph")
+    code, _, err = run_cli([*TRAIN[:-1], "3", *outputs, "--resume"], capsys)
+    assert_one_line(code, err, "is not a training log written by fullgraph")
     assert tree(tmp_path) == before
 
 
@@ -207,18 +191,18 @@ def test_force_replaces_a_runs_own_log_and_checkpoint(
 ) -> None:
     ckpt, log = tmp_path / "ck", tmp_path / "run.jsonl"
     outputs = ["--synthetic", "tiny", "--checkpoint", str(ckpt), "--log-json", str(log)]
-    code, err = _cli([*TRAIN, *outputs], capsys)
+    code, _, err = run_cli([*TRAIN, *outputs], capsys)
     assert code == 0, err
     if left == "cut short":  # an interrupted run: the last record half written
         log.write_bytes(log.read_bytes()[:-30])
     elif left == "empty":  # a run that failed before its first epoch (a full disk)
         log.write_bytes(b"")
-    code, err = _cli([*TRAIN, *outputs, "--force"], capsys)
+    code, _, err = run_cli([*TRAIN, *outputs, "--force"], capsys)
     assert code == 0, err
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r.get("epoch") for r in records] == [1, 2, None] and records[-1]["final"]
     # minibatch replaces its own log too
     mini = [*MINIBATCH, "--dataset", "tiny", "--root", str(inputs / "data"), "--log-json"]
-    code, err = _cli([*mini, str(log), "--force"], capsys)
+    code, _, err = run_cli([*mini, str(log), "--force"], capsys)
     assert code == 0, err
     assert json.loads(log.read_text().splitlines()[-1])["final"] is True

@@ -35,6 +35,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
+from cli_run import assert_one_line, run_cli
 from file_tree import tree
 from harness import Tasks, run_task
 from harness import main as worker_main
@@ -44,7 +45,6 @@ from torch import nn
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 
 from fullgraph import pyg  # noqa: E402
-from fullgraph.cli import main as cli_main  # noqa: E402
 from fullgraph.datasets import Graph, to_pyg  # noqa: E402
 from fullgraph.distributed import Communicator  # noqa: E402
 from fullgraph.partition import whole_graph_part  # noqa: E402
@@ -100,6 +100,9 @@ CASES = [(c, "symmetric") for c in CONFIGS] + [
 ]
 #: configuration id -> the largest difference seen (printed at the end of the module)
 MAX_ERRORS: dict[str, float] = {}
+
+#: How export's one-line errors start.
+EXPORT_ERROR = "fullgraph export: error: "
 
 
 def _hub_graph(make_graph, *, directed: bool) -> Graph:
@@ -175,13 +178,6 @@ def _logits(model: nn.Module, graph: Graph) -> torch.Tensor:
     model.eval()
     with torch.no_grad():
         return model(data.x, data.edge_index)
-
-
-def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    with one_thread():
-        code = cli_main(argv)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -265,9 +261,9 @@ def test_train_then_export_on_the_command_line(tmp_path: Path, capsys) -> None:
     train = ["train", "--threads", "1", "--quiet", "--synthetic", "tiny", "--model", "gat"]
     train += ["--layers", "2", "--hidden", "8", "--heads", "2", "--norm", "batch"]
     train += ["--residual", "--epochs", "3", "--save-model", str(model)]
-    code, _, err = _cli(train, capsys)
+    code, _, err = run_cli(train, capsys)
     assert code == 0, err
-    code, printed, err = _cli(["export", "--model", str(model), "--to", "pyg", str(out)], capsys)
+    code, printed, err = run_cli(["export", "--model", str(model), "--to", "pyg", str(out)], capsys)
     assert code == 0 and err == "", err
     assert printed.strip() == f"fullgraph export: wrote {out.with_suffix('.pt')} and {out}"
     graph = generate("tiny", seed=0)
@@ -284,12 +280,6 @@ def model_file(graphs: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("model")
     cfg = _config({"model": "gcn", "layers": 2, "norm": "batch"})
     return _model_file(root / "gcn.model.pt", cfg, graphs["symmetric"])
-
-
-def _one_line(code: int, err: str, needle: str) -> None:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("fullgraph export: error: ") and needle in lines[0], lines[0]
 
 
 def _damaged(path: Path) -> Path:
@@ -348,8 +338,8 @@ def test_bad_input_is_one_line_and_writes_nothing(
         model.write_bytes(model_file.read_bytes())
         out = tmp_path / "gcn.py"
     before = tree(tmp_path)
-    code, _, err = _cli(["export", "--model", str(model), "--to", to, str(out)], capsys)
-    _one_line(code, err, needle)
+    code, _, err = run_cli(["export", "--model", str(model), "--to", to, str(out)], capsys)
+    assert_one_line(code, err, needle, prefix=EXPORT_ERROR)
     assert tree(tmp_path) == before
 
 
@@ -358,28 +348,39 @@ def test_outputs_are_replaced_only_with_force_and_only_when_ours(
 ) -> None:
     out = tmp_path / "net.py"
     argv = ["export", "--model", str(model_file), "--to", "pyg", str(out)]
-    assert _cli(argv, capsys)[0] == 0
+    assert run_cli(argv, capsys)[0] == 0
     before = tree(tmp_path)
-    code, _, err = _cli(argv, capsys)
-    _one_line(code, err, "already exists (use --force to replace it)")
+    code, _, err = run_cli(argv, capsys)
+    assert_one_line(
+        code, err, "already exists (use --force to replace it)", prefix="fullgraph export: error: "
+    )
     assert tree(tmp_path) == before
-    assert _cli([*argv, "--force"], capsys)[0] == 0  # our own export: replaced
+    assert run_cli([*argv, "--force"], capsys)[0] == 0  # our own export: replaced
     out.write_text("# my notes\n")  # a user's file where the module was
     before = tree(tmp_path)
-    code, _, err = _cli([*argv, "--force"], capsys)
-    _one_line(code, err, f"OUT {out} is not a PyG export written by fullgraph")
+    code, _, err = run_cli([*argv, "--force"], capsys)
+    assert_one_line(
+        code,
+        err,
+        f"OUT {out} is not a PyG export written by fullgraph",
+        prefix="fullgraph export: error: ",
+    )
     assert tree(tmp_path) == before
     out.unlink()
     weights = tmp_path / "net.pt"  # the weights beside it: a model file of `fullgraph train`
     weights.write_bytes(model_file.read_bytes())
     before = tree(tmp_path)
-    code, _, err = _cli([*argv, "--force"], capsys)
-    _one_line(code, err, "it is a model file of `fullgraph train`")
+    code, _, err = run_cli([*argv, "--force"], capsys)
+    assert_one_line(
+        code, err, "it is a model file of `fullgraph train`", prefix="fullgraph export: error: "
+    )
     assert tree(tmp_path) == before
     alone = tmp_path / "alone.pt"
     alone.write_bytes(b"PK a user's archive")
-    code, _, err = _cli([*argv[:-1], str(alone), "--force"], capsys)
-    _one_line(code, err, "it carries no fullgraph checksum")
+    code, _, err = run_cli([*argv[:-1], str(alone), "--force"], capsys)
+    assert_one_line(
+        code, err, "it carries no fullgraph checksum", prefix="fullgraph export: error: "
+    )
 
 
 # -- fullgraph.pyg: a distributed PyG model's state_dict is a PyG state_dict -----------------

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_run import assert_one_line, run_cli
 from file_tree import tree
-from mp_utils import one_thread
 
-from fullgraph.cli import main as cli_main
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.errors import ConfigError
 from fullgraph.partition import whole_graph_part
@@ -28,22 +27,10 @@ from fullgraph.training.model_file import load_model_file
 TRAIN = ["train", "--threads", "1", "--quiet", "--synthetic", "tiny", "--model", "sage"]
 
 
-def _cli(argv: list[str], capsys) -> tuple[int, str]:
-    with one_thread():
-        code = cli_main(argv)
-    return code, capsys.readouterr().err
-
-
-def _one_line(code: int, err: str, needle: str) -> None:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert needle in lines[0], (needle, lines[0])
-
-
 def test_the_best_model_is_written_and_opens_with_torch_load(tmp_path: Path, capsys) -> None:
     log, ck = tmp_path / "run.jsonl", tmp_path / "ck"
     args = [*TRAIN, "--norm", "batch", "--epochs", "12", "--log-json", str(log)]
-    code, err = _cli([*args, "--checkpoint", str(ck), "--checkpoint-every", "5"], capsys)
+    code, _, err = run_cli([*args, "--checkpoint", str(ck), "--checkpoint-every", "5"], capsys)
     assert code == 0, err
     final = json.loads(log.read_text().splitlines()[-1])
     state = torch.load(tmp_path / "run.model.pt", weights_only=True)  # no fullgraph reader
@@ -66,28 +53,28 @@ def test_the_best_model_is_written_and_opens_with_torch_load(tmp_path: Path, cap
 
 def test_save_model_path_obeys_the_output_rules(tmp_path: Path, capsys) -> None:
     model = tmp_path / "m.pt"
-    code, err = _cli([*TRAIN, "--epochs", "2", "--save-model", str(model)], capsys)
+    code, _, err = run_cli([*TRAIN, "--epochs", "2", "--save-model", str(model)], capsys)
     assert code == 0, err and model.is_file()
     before = tree(tmp_path)
-    code, err = _cli([*TRAIN, "--epochs", "2", "--save-model", str(model)], capsys)
+    code, _, err = run_cli([*TRAIN, "--epochs", "2", "--save-model", str(model)], capsys)
     assert code == 2 and "already exists" in err and tree(tmp_path) == before, err
-    code, err = _cli([*TRAIN, "--epochs", "2", "--save-model", str(model), "--force"], capsys)
+    code, _, err = run_cli([*TRAIN, "--epochs", "2", "--save-model", str(model), "--force"], capsys)
     assert code == 0, err
     mine = tmp_path / "notes.pt"
     mine.write_bytes(b"a user's own file")
     before = tree(tmp_path)
-    code, err = _cli([*TRAIN, "--epochs", "2", "--save-model", str(mine), "--force"], capsys)
-    _one_line(code, err, "is not a model file written by fullgraph")
+    code, _, err = run_cli([*TRAIN, "--epochs", "2", "--save-model", str(mine), "--force"], capsys)
+    assert_one_line(code, err, "is not a model file written by fullgraph")
     assert tree(tmp_path) == before
 
 
 def test_a_model_inside_the_partition_is_refused(small_partitions, capsys) -> None:
     parts = small_partitions[1]
     before = tree(parts)
-    code, err = _cli(
+    code, _, err = run_cli(
         ["train", "--parts", str(parts), "--quiet", "--save-model", f"{parts}/m.pt"], capsys
     )
-    _one_line(code, err, "is inside the partition this command reads")
+    assert_one_line(code, err, "is inside the partition this command reads")
     assert tree(parts) == before
 
 
@@ -140,14 +127,14 @@ def test_a_model_file_with_bad_weights_is_refused_by_predict_and_export(
     with pytest.raises(ConfigError, match="model.pt: parameter ") as info:
         load_model_file(model)
     assert needle in str(info.value)
-    code, err = _cli(
+    code, _, err = run_cli(
         ["export", "--model", str(model), "--to", "pyg", str(tmp_path / "m.py")], capsys
     )
-    _one_line(code, err, needle)
+    assert_one_line(code, err, needle)
     out = tmp_path / "pred"
-    code, err = _cli(
+    code, _, err = run_cli(
         ["predict", "--synthetic", "tiny", "--model", str(model), "--out", str(out)], capsys
     )
-    _one_line(code, err, needle)
+    assert_one_line(code, err, needle)
     assert not out.exists() and not (tmp_path / "m.py").exists()
     assert load_model_file(_model_file(tmp_path / "good.pt")).num_classes == 3
