@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from fullgraph.datasets import Graph
 from fullgraph.distributed.communicator import Communicator
-from fullgraph.errors import DataError, TrainingDiverged
+from fullgraph.errors import DataError
 from fullgraph.metrics import resolve_metric
 from fullgraph.minibatch.config import MinibatchConfig
 from fullgraph.minibatch.inference import RowOperator, layerwise_inference, row_range
@@ -219,14 +219,9 @@ class MinibatchTrainer(EpochLoop):
         if epoch == self.epochs:
             self._save_best_model()
 
-    def fit(self, log: TextIO | None = None) -> dict[str, Any]:
-        """The epochs (:meth:`EpochLoop.fit`); a run that diverged still leaves its best model
-        file."""
-        try:
-            return super().fit(log)
-        except TrainingDiverged:
-            self._save_best_model()
-            raise
+    def on_diverged(self) -> None:
+        """A run that diverged still leaves its best model file."""
+        self._save_best_model()
 
     def _save_best_model(self) -> None:
         if self.comm.rank == 0 and self.model_path is not None and self._best_model is not None:

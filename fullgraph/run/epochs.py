@@ -167,6 +167,10 @@ class EpochLoop:
     def on_best(self, epoch: int, acc: dict[str, float]) -> None:
         """Called when an evaluation improves the best validation score (keep the model)."""
 
+    def on_diverged(self) -> None:
+        """Called when the run diverged (:class:`~fullgraph.errors.TrainingDiverged`), before
+        the error leaves :meth:`fit` (write the best model kept so far)."""
+
     def record_extra(self, stats: EpochStats, maxes: dict[str, float]) -> dict[str, Any]:
         """Fields of this trainer's epoch record beyond the shared ones."""
         return {}
@@ -238,7 +242,18 @@ class EpochLoop:
             The final summary (``best_val_<metric>``, ``test_<metric>`` at the best validation
             epoch, ``metric``, ``median_epoch_s``, ``startup_epoch_s``, ...), the same on every
             rank.
+
+        Raises:
+            TrainingDiverged: a non-finite loss or gradient (after :meth:`on_diverged`).
         """
+        try:
+            return self._epochs(log)
+        except TrainingDiverged:
+            self.on_diverged()
+            raise
+
+    def _epochs(self, log: TextIO | None) -> dict[str, Any]:
+        """The epochs of :meth:`fit` and its final record."""
         comm = self.comm
         best, m = self._track(), self.metric
         startup_s = 0.0

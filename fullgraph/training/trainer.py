@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from fullgraph.distributed import Communicator, check_device
 from fullgraph.distributed.faults import injected_failure_epoch
-from fullgraph.errors import ConfigError, TrainingDiverged, mark_replicated
+from fullgraph.errors import ConfigError, mark_replicated
 from fullgraph.metrics import resolve_metric
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
 from fullgraph.partition import Partition
@@ -238,14 +238,9 @@ class Trainer(EpochLoop):
         if (run.checkpoint and due) or epoch == self.epochs:
             self._save_best_model()
 
-    def fit(self, log: Any | None = None) -> dict[str, Any]:
-        """The epochs (:meth:`EpochLoop.fit`); a run that diverged still leaves its best model
-        file."""
-        try:
-            return super().fit(log)
-        except TrainingDiverged:
-            self._save_best_model()
-            raise
+    def on_diverged(self) -> None:
+        """A run that diverged still leaves its best model file."""
+        self._save_best_model()
 
     def on_best(self, epoch: int, acc: dict[str, float]) -> None:
         """Rank 0 keeps a CPU copy of the model of the best validation score so far."""

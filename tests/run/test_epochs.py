@@ -117,3 +117,22 @@ def test_two_ranks_split_adds_up_on_every_record(small_partitions, tmp_path: Pat
         # each figure rounded to 0.1 ms: the printed parts add up within their rounding
         assert abs(sum(map(float, split)) - float(total)) <= 0.15, m.group(0)
     assert "(epoch 1 left out: " in proc.stdout and "with the start-up)" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["train", "minibatch"])
+def test_a_diverged_run_leaves_its_best_model(command: str, tmp_path: Path, capsys) -> None:
+    """``EpochLoop.on_diverged``: the loss goes NaN in epoch 2 (``--lr 1e30``); the run exits 3
+    with its line, and the model file of epoch 1, the best so far, is written."""
+    from cli_run import run_cli
+
+    from fullgraph.datasets.ogb_writer import write_ogb
+    from fullgraph.datasets.synthetic import generate
+    from fullgraph.training.model_file import load_model_file
+
+    write_ogb(generate("tiny", seed=0), tmp_path / "data", "tiny")
+    model = tmp_path / "m.pt"
+    data = ["--dataset", "tiny", "--root", str(tmp_path / "data")]
+    argv = [command, *data, "--lr", "1e30", "--epochs", "5", "--quiet", "--save-model", str(model)]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 3 and "the loss is nan" in err, err
+    assert load_model_file(model).info["epoch"] == 1
