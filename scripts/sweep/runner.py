@@ -172,6 +172,14 @@ def classify_exits(
     return "clean", f"{seconds:.1f} s: {lines[0][:150]}"
 
 
+def _default_signals() -> None:
+    """In the child before it runs: SIGINT and SIGQUIT at their defaults. A sweep started in
+    the background of a shell (``... &``) ignores them, and an ignored signal stays ignored
+    across ``exec``, so its cases' SIGINT would never arrive (a false hang)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def run_case(case: Case, base: Path, work: Path) -> tuple[str, str]:
     """Run ``case`` in a fresh copy of ``base``; return ``(outcome, detail)``."""
     w = work / case.name.replace(" ", "_").replace("/", "_")
@@ -193,6 +201,7 @@ def run_case(case: Case, base: Path, work: Path) -> tuple[str, str]:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            preexec_fn=_default_signals,
         )
         for c in cmds
     ]
