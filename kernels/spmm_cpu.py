@@ -190,9 +190,16 @@ def spmm_numba_exact(
     x16 = X.contiguous().view(torch.int16).numpy().view(np.uint16)
     with numba_launch() as threads:
         _spmm_rows_bf16_exact(
-            indptr, A.indices.numpy(), values, has_values, x16, out.numpy(),
-            row_ranges(indptr, threads), slot.numpy(), partial.numpy(),
-        )  # fmt: skip
+            indptr,
+            A.indices.numpy(),
+            values,
+            has_values,
+            x16,
+            out.numpy(),
+            row_ranges(indptr, threads),
+            slot.numpy(),
+            partial.numpy(),
+        )
     return out
 
 

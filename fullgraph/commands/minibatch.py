@@ -87,13 +87,21 @@ class MinibatchCommand(Command):
         self.precision = self.resolve_precision(self.config.precision)
         self.config = dataclasses.replace(self.config, precision=self.precision.name)
         if self.transport == "nccl":
-            raise ConfigError("the mini-batch baseline runs on the CPU: --transport nccl is not "
-                              "available, use mpi or gloo")  # fmt: skip
+            raise ConfigError(
+                "the mini-batch baseline runs on the CPU: --transport nccl is not "
+                "available, use mpi or gloo"
+            )
 
     def run(self, job: Job) -> dict[str, Any]:
         """Outputs checked, the dataset loaded, the memory check, then the epochs."""
-        return _train(job, self.data, self.config, self.runtime.memory_check,
-                      self.progress.progress_every, self.precision)  # fmt: skip
+        return _train(
+            job,
+            self.data,
+            self.config,
+            self.runtime.memory_check,
+            self.progress.progress_every,
+            self.precision,
+        )
 
 
 def _memory_check(job: Job, graph: Any, config: MinibatchConfig, check: str) -> list[str]:
@@ -139,9 +147,16 @@ def _train(
             print(f"fullgraph minibatch: {line}", file=sys.stderr, flush=True)
     quiet = job.run.quiet
     model_path = job.run.model_path()
-    trainer = MinibatchTrainer(graph, job.comm, config, quiet=quiet, model_path=model_path,
-                               progress_every=progress, data_label=data.dataset,
-                               precision=precision)  # fmt: skip
+    trainer = MinibatchTrainer(
+        graph,
+        job.comm,
+        config,
+        quiet=quiet,
+        model_path=model_path,
+        progress_every=progress,
+        data_label=data.dataset,
+        precision=precision,
+    )
     resolved = {
         "config": {**config.to_dict(), "quiet": quiet},
         "data": data.dataset,

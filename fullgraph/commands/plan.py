@@ -48,9 +48,10 @@ class PlanData(TrainData):
     """What the planned run reads: a partition, or a whole graph trained in one process."""
 
     parts: str | None = option(
-        None, "partition directory written by `fullgraph partition` (or its meta.json)",
+        None,
+        "partition directory written by `fullgraph partition` (or its meta.json)",
         metavar="DIR",
-    )  # fmt: skip
+    )
     dataset: str | None = option(
         None, "plan `fullgraph train --dataset NAME`: the whole graph in one process"
     )
@@ -161,8 +162,13 @@ class OptionsAfter(argparse._SubParsersAction):
     name: one given before it (``fullgraph plan --hidden 64 minibatch``) is refused in one line
     rather than silently replaced by the kind's default."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:  # fmt: skip
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         """Refuse options given before the kind, then parse the kind's own."""
         given = [
             a.option_strings[0]
@@ -238,8 +244,9 @@ def run_plan(args: argparse.Namespace) -> int:
         floor, source = int(opts.floor_mb * MIB), "given"
     else:  # the probe runs the model: not one whose sizes cannot fit (--hidden 10000000)
         floor, source = current_rss_bytes(), "this process now; not measured, a node cannot fit"
-        if all(nf.fits for nf in node_fits(predict_quickly(graph, cfg, floor), per_node,
-                                           node_memory)):  # fmt: skip
+        if all(
+            nf.fits for nf in node_fits(predict_quickly(graph, cfg, floor), per_node, node_memory)
+        ):
             floor, source = _floor(cfg, graph, per_node), "measured"
     mode = "predict" if opts.predict else "train"
     preds = predict_quickly(graph, cfg, floor, mode)

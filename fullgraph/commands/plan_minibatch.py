@@ -27,9 +27,11 @@ class MinibatchPlanOptions(Config):
     """The ranks of the planned ``fullgraph minibatch`` run."""
 
     ranks: int = option(
-        1, "ranks of the run (mpirun -n P; every rank reads the whole graph)",
-        check=number(low=1, integer=True), metavar="P",
-    )  # fmt: skip
+        1,
+        "ranks of the run (mpirun -n P; every rank reads the whole graph)",
+        check=number(low=1, integer=True),
+        metavar="P",
+    )
 
 
 def register(kinds: argparse._SubParsersAction) -> None:
@@ -79,8 +81,16 @@ def run_minibatch_plan(args: argparse.Namespace) -> int:
         floor, source = int(opts.floor_mb * MIB), "given"
     else:
         floor, source = current_rss_bytes(), "this process with the graph read, a lower bound"
-    preds = predict_minibatch(graph.num_nodes, graph.num_edges, graph.num_features,
-                              graph.num_classes, cfg, ranks, per_node, floor)  # fmt: skip
+    preds = predict_minibatch(
+        graph.num_nodes,
+        graph.num_edges,
+        graph.num_features,
+        graph.num_classes,
+        cfg,
+        ranks,
+        per_node,
+        floor,
+    )
     print(
         f"fullgraph plan minibatch: {graph.name}, {ranks} rank(s) ({graph.num_nodes} nodes, "
         f"{graph.num_edges} edges, every rank reading the whole graph), model sage "

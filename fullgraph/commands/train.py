@@ -128,8 +128,15 @@ class TrainCommand(Command):
             if line.startswith("warning:"):
                 print(f"fullgraph train: {line}", file=sys.stderr, flush=True)
         with phase("model set-up"):
-            trainer = Trainer(part, comm, cfg, job.run, checkpoints=job.checkpoints,
-                              device=job.device, precision=self.precision)  # fmt: skip
+            trainer = Trainer(
+                part,
+                comm,
+                cfg,
+                job.run,
+                checkpoints=job.checkpoints,
+                device=job.device,
+                precision=self.precision,
+            )
         trainer.data_label = data.label
         partition_hash = part.partition_hash
         split = part.meta.get("split")  # which of the dataset's fixed splits (None: its only one)

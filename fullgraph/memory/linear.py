@@ -181,8 +181,10 @@ class LinearRank(RankReplay):
             keep_h = not (i == 0 and rebuild)
         else:
             if not pre:
-                sums = [(f"M{i} f32", "working", F32 * n * d), (f"M{i} sums", "working",
-                        F64 * pending * d)]  # fmt: skip
+                sums = [
+                    (f"M{i} f32", "working", F32 * n * d),
+                    (f"M{i} sums", "working", F64 * pending * d),
+                ]
                 self.exchange(tag, d, S, h, codec, sums, BF16)
                 led.drop(f"M{i} sums")
                 led.add(f"M{i}", term, BF16 * n * d)

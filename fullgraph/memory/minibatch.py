@@ -67,8 +67,15 @@ def predict_minibatch(
     from fullgraph.models.gnn import GNN
 
     with torch.device("meta"):
-        model = GNN("sage", num_features, cfg.hidden, num_classes, len(cfg.fanouts),
-                    cfg.dropout, cfg.resolved_input_dropout())  # fmt: skip
+        model = GNN(
+            "sage",
+            num_features,
+            cfg.hidden,
+            num_classes,
+            len(cfg.fanouts),
+            cfg.dropout,
+            cfg.resolved_input_dropout(),
+        )
     params = sum(q.numel() for q in model.parameters())
     dims = list(model.dims)
     rows = math.ceil(num_nodes / ranks)

@@ -218,8 +218,9 @@ def predict_quickly(
         a = _replay(part, graph, replace(cfg, layers=k - 1), floor, mode)
         b = _replay(part, graph, replace(cfg, layers=k), floor, mode)
         lines = [(b.peak_phase, a.peak_terms, b.peak_terms)]
-        lines += [(p, a.phase_peaks[p][1], t) for p, (_, t) in b.phase_peaks.items()
-                  if p in a.phase_peaks]  # fmt: skip
+        lines += [
+            (p, a.phase_peaks[p][1], t) for p, (_, t) in b.phase_peaks.items() if p in a.phase_peaks
+        ]
         best: tuple[int, str, dict[str, int]] = (-1, "", {})
         for phase, at_a, at_b in lines:
             terms = {t: v + more * max(0, v - at_a[t]) for t, v in at_b.items()}
@@ -300,8 +301,9 @@ def measure_floor(cfg: TrainConfig, num_features: int, num_classes: int) -> int:
     probe = TrainConfig(
         **{**cfg.to_dict(), "epochs": 2, "eval_every": 1, "lr": 1e-3, "lr_warmup": 0, "extra": {}}
     )
-    trainer = Trainer(_tiny_part(num_features, num_classes), Communicator(), probe,
-                      RunOptions(quiet=True))  # fmt: skip
+    trainer = Trainer(
+        _tiny_part(num_features, num_classes), Communicator(), probe, RunOptions(quiet=True)
+    )
     for epoch in (1, 2):  # the steps and evaluations of fit(), without its hooks and log
         trainer.train_step(epoch)
         trainer.evaluate()

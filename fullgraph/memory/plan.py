@@ -266,8 +266,15 @@ def check_minibatch(
     from fullgraph.memory.minibatch import predict_minibatch
 
     per_node = max(1, ranks_per_node)
-    preds = predict_minibatch(graph.num_nodes, graph.num_edges, graph.num_features,
-                              graph.num_classes, cfg, ranks, per_node,
-                              current_rss_bytes())  # fmt: skip
+    preds = predict_minibatch(
+        graph.num_nodes,
+        graph.num_edges,
+        graph.num_features,
+        graph.num_classes,
+        cfg,
+        ranks,
+        per_node,
+        current_rss_bytes(),
+    )
     fits = node_fits(preds, per_node, machine_memory_bytes())
     return [plan_line(preds[0]), *memory_verdict(fits, check, MINIBATCH_ADVICE)]

@@ -57,9 +57,13 @@ class RankReplay:
     is :func:`~fullgraph.training.inference.inference_config` of the model's)."""
 
     def __init__(
-        self, part: PartShape, graph: GraphShape, cfg: TrainConfig, floor: int,
+        self,
+        part: PartShape,
+        graph: GraphShape,
+        cfg: TrainConfig,
+        floor: int,
         predict: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.p, self.g, self.cfg = part, graph, cfg
         self.predicting = predict
         #: ``N``, the rows of every output file
@@ -108,8 +112,16 @@ class RankReplay:
             return None
         return self.codecs[direction]
 
-    def exchange(self, tag: str, width: int, sent: int, received: int, codec: str | None,
-                 before_wait: list[tuple[str, str, float]], elem: int = F32) -> None:  # fmt: skip
+    def exchange(
+        self,
+        tag: str,
+        width: int,
+        sent: int,
+        received: int,
+        codec: str | None,
+        before_wait: list[tuple[str, str, float]],
+        elem: int = F32,
+    ) -> None:
         """One exchange (either direction): ``sent`` rows go, ``received`` rows land, ``elem``
         bytes a value (2: bf16-mixed forward rows) when uncompressed; ``before_wait`` buffers
         are created while the first slice is in flight (the inner product). Leaves only

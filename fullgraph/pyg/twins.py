@@ -103,9 +103,14 @@ def _float32(x: torch.Tensor, lin: nn.Module) -> torch.Tensor:
 
 
 def _aggregate_by(
-    twin: nn.Module, aggr: str, x: torch.Tensor, src: torch.Tensor, edge_index: Any,
-    lin: nn.Module, **unused: Any,
-) -> torch.Tensor:  # fmt: skip
+    twin: nn.Module,
+    aggr: str,
+    x: torch.Tensor,
+    src: torch.Tensor,
+    edge_index: Any,
+    lin: nn.Module,
+    **unused: Any,
+) -> torch.Tensor:
     """``lin(aggr(src_N(i)))`` on ``twin``'s part: the mean or sum operator (transforming first
     when that narrows the exchange), or the maximum of ``src``'s rows over the incoming
     neighbours (its halo rows exchanged, :meth:`GraphContext.aggregate_max`). ``x`` is the

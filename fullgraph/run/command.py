@@ -51,8 +51,16 @@ class Job:
         checkpoints: the checkpoint directory (``--checkpoint``), or ``None``.
     """
 
-    def __init__(self, command: str, comm: Communicator, info: LaunchInfo, threads: int,
-                 device: str, run: RunOptions, writes_model: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        command: str,
+        comm: Communicator,
+        info: LaunchInfo,
+        threads: int,
+        device: str,
+        run: RunOptions,
+        writes_model: bool = False,
+    ) -> None:
         self.command, self.comm, self.info = command, comm, info
         self.threads, self.device, self.run = threads, device, run
         self.checkpoints: CheckpointDir | None = None
