@@ -466,9 +466,7 @@ def test_halo_counts_that_disagree_across_parts_are_refused(parts4):
     from fullgraph.partition.load import check_peer_counts
 
     parts = [load_partition(parts4, r, verify_checksums=False) for r in range(4)]
-    counts = [
-        (np.diff(p.send_offsets).tolist(), np.diff(p.recv_offsets).tolist()) for p in parts
-    ]
+    counts = [(np.diff(p.send_offsets).tolist(), np.diff(p.recv_offsets).tolist()) for p in parts]
     check_peer_counts(counts)
     sends, receives = counts[2]
     peers = [q for q in range(4) if q != 2 and receives[q] > 0]
