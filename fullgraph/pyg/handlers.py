@@ -61,36 +61,27 @@ def gine(path: str, conv: Any, c: Conversion) -> nn.Module:
 AGGRS = ("mean", "sum", "add", "max")
 
 
-def sage(path: str, conv: Any, c: Conversion) -> nn.Module:
-    """``SAGEConv``: its twin, for the aggregations that have one (:data:`AGGRS`)."""
+def _check_aggregation(path: str, conv: Any, *others: tuple[str, bool]) -> None:
+    """SAGE's and GraphConv's options: an aggregation of :data:`AGGRS`, over incoming
+    neighbours, and ``others``."""
     if conv.aggr not in AGGRS:
         raise refuse(
             path, conv, f"aggr={conv.aggr!r}: only the mean, sum and max aggregations have a twin"
         )
-    check(
-        path,
-        conv,
-        ((f"flow={conv.flow!r}", conv.flow != "source_to_target"),),
-        "is not supported",
-    )
+    flow = (f"flow={conv.flow!r}", conv.flow != "source_to_target")
+    check(path, conv, (*others, flow), "is not supported")
+
+
+def sage(path: str, conv: Any, c: Conversion) -> nn.Module:
+    """``SAGEConv``: its twin, for the aggregations that have one (:data:`AGGRS`)."""
+    _check_aggregation(path, conv)
     return SAGEConvTwin(conv, c.part)
 
 
 def graphconv(path: str, conv: Any, c: Conversion) -> nn.Module:
     """``GraphConv``: its twin, for the aggregations that have one (:data:`AGGRS`)."""
-    if conv.aggr not in AGGRS:
-        raise refuse(
-            path, conv, f"aggr={conv.aggr!r}: only the mean, sum and max aggregations have a twin"
-        )
-    check(
-        path,
-        conv,
-        (
-            ("bipartite input (a tuple of in_channels)", isinstance(conv.in_channels, tuple)),
-            (f"flow={conv.flow!r}", conv.flow != "source_to_target"),
-        ),
-        "is not supported",
-    )
+    bipartite = isinstance(conv.in_channels, tuple)
+    _check_aggregation(path, conv, ("bipartite input (a tuple of in_channels)", bipartite))
     return GraphConvTwin(conv, c.part)
 
 
