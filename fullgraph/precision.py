@@ -7,6 +7,9 @@ bfloat16, and the backward pass is float32 (docs/train.md, "Precision"). ``auto`
 bf16-mixed where it pays (:func:`auto_precision`): a GPU that computes bfloat16, or a CPU with
 AMX; else 32 (a CPU with AVX-512 BF16 alone computes bfloat16, but bf16-mixed measured no
 reliable speed-up there: the measurements are in docs/train.md, "Precision").
+
+A run's precision is one :class:`Precision` policy, resolved once (:func:`resolve_precision`)
+and given to the halo plan at its construction, where the layers read it.
 """
 
 from __future__ import annotations
