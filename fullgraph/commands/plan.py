@@ -208,10 +208,7 @@ def _shape(data: PlanData, cfg: TrainConfig) -> tuple[GraphShape, str]:
 def _part_check(cfg: TrainConfig) -> Callable[[Partition], None] | None:
     """The check ``fullgraph train`` makes of every part under the run's layer options (GCN's
     weighted degrees), so that the plan of a run training would refuse is refused alike."""
-    from fullgraph.models.layers import layer_class
-
-    options = cfg.layer_options()
-    return layer_class(cfg.model).variant(options).part_check(options)
+    return cfg.layer_kind().part_check(cfg.layer_options())
 
 
 def _floor(cfg: TrainConfig, graph: GraphShape, ranks_per_node: int) -> int:

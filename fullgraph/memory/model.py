@@ -181,7 +181,7 @@ def _replay(
     predicting = mode == "predict"
     if predicting:
         cfg = inference_config(cfg)
-    replay = REPLAYS[layer_class(cfg.model).variant(cfg.layer_options()).replay]
+    replay = REPLAYS[cfg.layer_kind().replay]
     rank = replay(part, graph, cfg, floor, predicting)
     rank.setup()
     if predicting:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from fullgraph.distributed.exchange_slices import slice_count
 from fullgraph.memory.ledger import F32, I64, TERMS, Ledger
 from fullgraph.memory.shapes import GraphShape, PartShape
-from fullgraph.models.layers import layer_class
 from fullgraph.training.config import TrainConfig
 from fullgraph.training.inference import WRITE_WINDOW_BYTES, window_rows
 
@@ -80,7 +79,7 @@ class RankReplay:
         self.slice_counts: set[int] = set()
         #: the layer options and the kind's class under them (its traits)
         self.options = cfg.layer_options()
-        self.kind = layer_class(cfg.model).variant(self.options)
+        self.kind = cfg.layer_kind()
         kind = self.kind
         #: the body adds ``h R^T`` (SAGE, GIN): it keeps its input in either order
         self.root = kind.root_term

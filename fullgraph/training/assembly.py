@@ -228,7 +228,7 @@ def assemble_rank(
     """
     device = torch.device(device)
     options = config.layer_options()
-    kind = layer_class(config.model).variant(options)
+    kind = config.layer_kind()
     check = kind.part_check(options)
     if check is not None:  # refused alike on every rank (before any collective of the plan)
         agree(comm, lambda: check(part))
@@ -250,7 +250,7 @@ def assemble_rank(
         comm,
         buffer_bytes=int(config.exchange_buffer_mb * 2**20),
         compression=compression,
-        precision=precision or Precision.named(config.precision),
+        precision=precision or Precision(config.precision),
     )
     ctx = rank_context(
         part,

@@ -32,10 +32,12 @@ from fullgraph.errors import ConfigError
 from fullgraph.metrics import METRIC_CHOICES
 from fullgraph.models.gnn import GNN
 from fullgraph.models.layers import (
+    GraphLayer,
     LayerOptions,
     check_options,
     joined,
     kinds_with,
+    layer_class,
     layer_kinds,
     option_names,
 )
@@ -247,6 +249,11 @@ class TrainConfig(InputDropoutConfig, Config):
             attention_dropout=drop,
             aggr=self.aggr,
         )
+
+    def layer_kind(self) -> type[GraphLayer]:
+        """The layer class a model of this config stacks: its kind's variant under
+        :meth:`layer_options` (whose operator, traits, part check and replay it has)."""
+        return layer_class(self.model).variant(self.layer_options())
 
     def build_model(self, num_features: int, num_classes: int) -> GNN:
         """The configured :class:`~fullgraph.models.gnn.GNN` for ``num_features`` inputs and

@@ -121,7 +121,7 @@ def init_args(mf: ModelFile) -> InitArgs:
         "dropout": float(cfg.dropout),
         "input_dropout": float(cfg.resolved_input_dropout()),
         "attention_dropout": float(opts.attention_dropout),
-        "aggr": getattr(layer_class(cfg.model).variant(opts), "aggr", None),
+        "aggr": getattr(cfg.layer_kind(), "aggr", None),
     }
 
 
