@@ -146,11 +146,6 @@ class Precision:
                 f"(resolve {PRECISIONS[-1]!r} with fullgraph.precision.resolve_precision)"
             )
 
-    @classmethod
-    def named(cls, name: str) -> Precision:
-        """The policy of a resolved ``name`` (a config's, a model file's)."""
-        return cls(name)
-
     @property
     def mixed(self) -> bool:
         """Whether the forward pass computes in bfloat16 (``bf16-mixed``)."""
@@ -161,17 +156,6 @@ class Precision:
         """The dtype the forward pass's weight products and aggregations read their inputs in
         (``None``: their inputs' own, float32)."""
         return torch.bfloat16 if self.mixed else None
-
-    @property
-    def halo_dtype(self) -> torch.dtype | None:
-        """The dtype forward halo rows travel in (``None``: the rows' own): the compute dtype,
-        since every rank, and one process, rounds them alike before use."""
-        return self.compute_dtype
-
-    @property
-    def param_dtype(self) -> torch.dtype:
-        """Parameters, gradients, optimiser state, norms' statistics, loss: float32."""
-        return torch.float32
 
     @contextlib.contextmanager
     def autocast(self, device: torch.device | str) -> Iterator[None]:

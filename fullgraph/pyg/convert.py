@@ -81,12 +81,7 @@ def distribute(model: nn.Module, data: Any, *, precision: str = "32") -> nn.Modu
                 f"{done.precision.name!r}, not {policy.name!r}"
             )
         return model
-    if part.precision not in (None, policy):
-        raise ConfigError(
-            f"distribute: precision {policy.name!r}, but this part's models run at "
-            f"{part.precision.name!r} (its halo plan carries the precision): convert every "
-            f"model of a part at one precision, or load_part again for another"
-        )
+    part.check_precision(policy)  # before anything is converted
     conversion = Conversion(part)
 
     def convert(module: nn.Module, path: str) -> nn.Module:

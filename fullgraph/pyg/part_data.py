@@ -80,17 +80,30 @@ class PartGraph:
             f"halo={int(self.part.num_halo)}, edges={self.num_edges})"
         )
 
+    def check_precision(self, precision: Precision) -> None:
+        """Refuse ``precision`` when this part's models already run at another.
+
+        Raises:
+            ConfigError: ``distribute``'s line naming both precisions.
+        """
+        if self.precision not in (None, precision):
+            raise ConfigError(
+                f"distribute: precision {precision.name!r}, but this part's models run at "
+                f"{self.precision.name!r} (its halo plan carries the precision): convert every "
+                f"model of a part at one precision, or load_part again for another"
+            )
+
     def set_precision(self, precision: Precision) -> None:
         """Fix the precision every model of this part runs at (by
         :func:`fullgraph.pyg.distribute`, once): the halo plan is built anew with it (no
-        collective) and the layer contexts built with the old one go."""
+        collective) and the layer contexts built with the old one go.
+
+        Raises:
+            ConfigError: the part's models run at another precision (:meth:`check_precision`).
+        """
+        self.check_precision(precision)
         if self.precision == precision:
             return
-        if self.precision is not None:
-            raise ConfigError(
-                f"this part's models run at precision {self.precision.name!r}, not "
-                f"{precision.name!r}: load_part again for another"
-            )
         self.precision = precision
         self.plan = self.plan.with_precision(precision)
         self._contexts.clear()

@@ -172,7 +172,7 @@ def test_bf16_forward_halo_rows_are_half_the_bytes() -> None:
         assert forward.numel() * forward.element_size() == 3 * 8 * want
         assert backward.dtype == torch.float32  # partial sums: never rounded
     assert Precision("bf16-mixed").compute_dtype is torch.bfloat16
-    assert FLOAT32.compute_dtype is None and FLOAT32.param_dtype is torch.float32
+    assert FLOAT32.compute_dtype is None
 
 
 def test_a_precision_policy_holds_a_resolved_name_only() -> None:
@@ -180,7 +180,7 @@ def test_a_precision_policy_holds_a_resolved_name_only() -> None:
     for name in ("auto", "fp16", "bf16"):
         with pytest.raises(ConfigError, match="is not resolved"):
             Precision(name)
-    assert Precision.named("bf16-mixed").halo_dtype is torch.bfloat16 and str(FLOAT32) == "32"
+    assert Precision("bf16-mixed").compute_dtype is torch.bfloat16 and str(FLOAT32) == "32"
 
 
 def test_the_halo_plan_is_built_at_its_precision(small_partitions) -> None:
