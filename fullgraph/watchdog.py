@@ -16,7 +16,8 @@ thread cannot:
   outlasts it ends the rank with one line naming the phase and what this node shows of the
   other ranks (stopped, exited, not running: :meth:`fullgraph.distributed.launch.LaunchInfo.
   rank_processes`), exit status 4, through ``MPI_Abort`` once MPI is up so that every
-  rank ends. Rank 0 says when a phase is still running after :data:`NOTICE_AFTER_S`.
+  rank ends (before it is up, the job's stopped ranks on this node are killed: no other signal
+  reaches them). Rank 0 says when a phase is still running after :data:`NOTICE_AFTER_S`.
 - the launcher: under ``mpirun`` (the rank's parent is hydra's proxy), ``torchrun`` (the
   agent) or ``srun`` (slurmstepd), a rank whose parent changes was re-parented to init or a
   subreaper because its launcher died: the thread ends it within :data:`POLL_S`. A process
@@ -58,6 +59,9 @@ SETUP_GRACE_S = 15.0
 #: Seconds after which rank 0 says that a start-up phase is still running (then every minute).
 NOTICE_AFTER_S = 20.0
 NOTICE_EVERY_S = 60.0
+
+#: The start-up phase of ``MPI_Init`` (:func:`fullgraph.distributed.mpi.init_mpi`).
+MPI_INIT_PHASE = "MPI initialisation"
 
 #: Exit status of a rank ended for a phase past its deadline or a dead launcher
 #: (:class:`~fullgraph.errors.PeerUnreachable`'s).
@@ -204,6 +208,11 @@ class Watchdog:
             with self._lock:
                 self._phases.remove(entry)
 
+    def in_phase(self, what: str) -> bool:
+        """Whether start-up phase ``what`` is running."""
+        with self._lock:
+            return any(entry.what == what for entry in self._phases)
+
     def _size(self) -> int:
         return int(self.info.size) if self.info is not None else 1
 
@@ -247,6 +256,8 @@ class Watchdog:
                     f"{self.label}: error: {self._rank_prefix()}{late.what} did not finish "
                     f"within {late.limit_s:g} s; {self.peers()}"
                 )
+                if not _mpi_active():
+                    self._end_stopped_peers()
                 self._end(EXIT_UNREACHABLE, abort=True)
         if not phases:
             return
@@ -282,6 +293,30 @@ class Watchdog:
             return "the ranks on this node are running; one on another node may be missing"
         return "every other rank is running (one may be stalled)"
 
+    def _end_stopped_peers(self) -> None:
+        """Kill, a moment after this process has ended, this job's ranks on this node that are
+        still stopped then: before MPI is up no ``MPI_Abort`` reaches them and a stopped
+        process acts on no signal but SIGKILL, so a launcher that did not kill them would wait
+        for ever. A forked process does it (holding none of the job's pipes) so that this
+        rank's exit status is the job's (the launcher reports the first rank to end)."""
+        info = self.info
+        if info is None or info.size == 1:
+            return
+        stopped = [
+            pid for pid, state in info.rank_processes(self._parent).values() if state in ("T", "t")
+        ]
+        if not stopped or os.fork() != 0:
+            return
+        try:  # the child: its parent, this rank, is about to exit
+            os.closerange(0, 1 << 16)
+            os.setsid()
+            time.sleep(ABORT_WAIT_S)
+            for pid in stopped:
+                if _state(pid) in ("T", "t"):
+                    os.kill(pid, signal.SIGKILL)
+        finally:
+            os._exit(0)
+
     def _say(self, line: str, fd: int = 2) -> None:
         """One line on stderr (or ``fd``) in a single write, taking no lock the main thread
         may hold (``sys.stderr``'s would)."""
@@ -291,17 +326,36 @@ class Watchdog:
     def _end(self, code: int, abort: bool) -> None:
         """End the process: with ``abort`` through ``MPI_Abort`` when MPI is up (every rank
         ends), else (or when that does not return soon) with ``os._exit``."""
-        mpi = sys.modules.get("mpi4py.MPI")
-        if abort and mpi is not None:
-            try:
-                active = mpi.Is_initialized() and not mpi.Is_finalized()
-            except Exception:  # the watchdog must not die here
-                active = False
-            if active:
-                time.sleep(FLUSH_GRACE_S)
-                threading.Thread(target=mpi.COMM_WORLD.Abort, args=(code,), daemon=True).start()
-                time.sleep(ABORT_WAIT_S)
+        if abort and _mpi_active():
+            mpi = sys.modules["mpi4py.MPI"]
+            time.sleep(FLUSH_GRACE_S)
+            threading.Thread(target=mpi.COMM_WORLD.Abort, args=(code,), daemon=True).start()
+            time.sleep(ABORT_WAIT_S)
         os._exit(code)
+
+
+def _state(pid: int) -> str:
+    """The state of process ``pid`` as ``/proc/PID/stat`` gives it; ``""`` when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2 :].split()[0]
+
+
+def _mpi_active() -> bool:
+    """Whether mpi4py is loaded and MPI initialised and not finalised in this process (not
+    asked of MPI while its initialisation runs: the answer is no, and the call may wait for
+    the initialisation's lock)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    watchdog = _ACTIVE
+    if mpi is None or (watchdog is not None and watchdog.in_phase(MPI_INIT_PHASE)):
+        return False
+    try:
+        return bool(mpi.Is_initialized() and not mpi.Is_finalized())
+    except Exception:  # the watchdog must not die here
+        return False
 
 
 #: The watchdog installed in this process, if any.

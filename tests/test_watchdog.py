@@ -71,8 +71,9 @@ def test_sigterm_in_native_code_ends_the_process_with_its_line() -> None:
 
 @pytest.mark.timeout(60)
 def test_a_phase_past_its_deadline_ends_the_rank_naming_a_stopped_peer() -> None:
-    """Rank 1, a child of the same launcher (here: this test), is stopped; rank 0's phase
-    outlasts its deadline: one line names the phase and the stopped rank, exit status 4."""
+    """Rank 1, a child of the same launcher (here: this test, which kills no rank), is
+    stopped; rank 0's phase outlasts its deadline: one line names the phase and the stopped
+    rank, exit status 4, and rank 1 is killed (no MPI_Abort reaches it before MPI is up)."""
     job = {"PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"}
     peer = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)"],
@@ -83,9 +84,11 @@ def test_a_phase_past_its_deadline_ends_the_rank_naming_a_stopped_peer() -> None
         proc = _start(["MPI initialisation", "1"],
                       {**job, "PMI_RANK": "0", "MPI_LOCALRANKID": "0"})  # fmt: skip
         err = _finish(proc)
+        wait_until(lambda: peer.poll() is not None, 30, "the stopped rank to be killed")
     finally:
         peer.kill()
         peer.wait()
+    assert peer.returncode == -signal.SIGKILL
     assert proc.returncode == 4, err
     assert err.splitlines() == [
         f"fullgraph test: error: rank 0: MPI initialisation did not finish within 1 s; "

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from fullgraph.distributed.communicator import Communicator
-from fullgraph.watchdog import phase
+from fullgraph.watchdog import MPI_INIT_PHASE, phase
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -57,7 +57,7 @@ def init_mpi(timeout_s: float | None = None) -> ModuleType:
     # srun --mpi=pmi2 and the MPICH wheel: the OFI network module (see mpi_start_environment)
     os.environ.update(mpi_start_environment(detect_launch(), MPI.Get_library_version()))
     provided = ctypes.c_int()
-    with phase("MPI initialisation", timeout_s):
+    with phase(MPI_INIT_PHASE, timeout_s):
         # The extension module's handle resolves the symbol in the libmpi it is linked to.
         init = ctypes.CDLL(MPI.__file__).MPI_Init_thread
         err = init(None, None, MPI.THREAD_MULTIPLE, ctypes.byref(provided))
