@@ -302,18 +302,19 @@ class Watchdog:
         info = self.info
         if info is None or info.size == 1:
             return
-        stopped = [
-            pid for pid, state in info.rank_processes(self._parent).values() if state in ("T", "t")
-        ]
-        if not stopped or os.fork() != 0:
+
+        def stopped() -> list[int]:
+            found = info.rank_processes(self._parent).values()
+            return [pid for pid, state in found if state in ("T", "t")]
+
+        if not stopped() or os.fork() != 0:
             return
         try:  # the child: its parent, this rank, is about to exit
             os.closerange(0, 1 << 16)
             os.setsid()
             time.sleep(ABORT_WAIT_S)
-            for pid in stopped:
-                if _state(pid) in ("T", "t"):
-                    os.kill(pid, signal.SIGKILL)
+            for pid in stopped():  # still the launcher's children, still stopped
+                os.kill(pid, signal.SIGKILL)
         finally:
             os._exit(0)
 
@@ -332,16 +333,6 @@ class Watchdog:
             threading.Thread(target=mpi.COMM_WORLD.Abort, args=(code,), daemon=True).start()
             time.sleep(ABORT_WAIT_S)
         os._exit(code)
-
-
-def _state(pid: int) -> str:
-    """The state of process ``pid`` as ``/proc/PID/stat`` gives it; ``""`` when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return ""
-    return stat[stat.rindex(")") + 2 :].split()[0]
 
 
 def _mpi_active() -> bool:
