@@ -212,99 +212,207 @@ def plan(s: Settings) -> list[Step]:
     exact_target = f"losses within {EXACT_TOL:g} of the CPU run's, {EXACT_EPOCHS} epochs"
     spmm_target = ">= 1.0x cuSPARSE, >= 70% of HBM"
     return [
-        Step("env", "interpreter, torch, Triton, CUDA device, nvidia-smi",
-             cmd("{py} -m bench.gpu_check_commands env --json {work}/env.json {cuda}"), 20,
-             target="torch sees a CUDA device"),
-        Step("install", "fullgraph importable from this checkout: else pip install --no-deps "
-             "--no-build-isolation -e ., else a finder on PYTHONPATH",
-             cmd("{py} -m bench.gpu_check_commands install --work {work}"), 25),
-        Step("tiny-graph", "tiny synthetic graph on disk (fullgraph data synth)",
-             cmd("{fg} data synth --preset tiny --name tiny-synth --root {data} --force"), 15,
-             needs=("install",)),
-        Step("tiny-parts", "its 2-part random partition (fullgraph partition, no METIS)",
-             cmd("{fg} partition {tiny} --parts 2 --method random --out {tiny2} --force"), 15,
-             needs=("tiny-graph",)),
-        Step("big-graph", f"{big}-size graph generated in memory, written as a one-part "
-             "contiguous partition (no text layout, no METIS)",
-             cmd("{py} -m bench.gpu_check_commands make-parts --preset {big} --out {big1}"), 150,
-             needs=("install",), background=True),
-        Step("kernel-tests", "kernel tests on CUDA, Triton compiled (not interpreted)",
-             cmd("{py} -m pytest -q -p no:cacheprovider --timeout 60 --junitxml {xml} {collect} "
-                 "tests/kernels/test_kernel_cuda.py tests/kernels/test_kernel_csr.py"), 90,
-             target="0 failed, 0 skipped", needs=("install",), background=True, gpu_only=True,
-             outputs=(xml,), figures=partial(junit_figures, xml)),
-        Step("exact-cpu", f"reference: GCN 3 x 64, dropout 0.5, {EXACT_EPOCHS} epochs, tiny "
-             "graph, one process on the CPU",
-             cmd("{fg} train {tiny} --device cpu {exact} --log-json {runs}/exact-cpu.jsonl"), 30,
-             needs=("tiny-graph",), background=True, outputs=(runs("exact-cpu.jsonl"),)),
-        Step("exact-cuda", "the same run on the GPU, losses against exact-cpu",
-             cmd("{fg} train {tiny} --device {dev} {exact} --log-json {runs}/exact-cuda.jsonl"),
-             20, target=exact_target, needs=("tiny-graph",),
-             outputs=(runs("exact-cuda.jsonl"),),
-             figures=partial(vs_cpu, runs("exact-cuda.jsonl"))),
-        Step("nccl-1rank", "the same run through the nccl transport, world size 1: set-up, "
-             "process group, device placement (its collectives short-cut at size 1)",
-             cmd("{fg} train {tiny} --transport {nccl} --device {dev} {exact} "
-                 "--log-json {runs}/nccl-1rank.jsonl"), 20,
-             target=exact_target, needs=("tiny-graph",), outputs=(runs("nccl-1rank.jsonl"),),
-             figures=partial(vs_cpu, runs("nccl-1rank.jsonl"))),
-        Step("nccl-collectives", "NCCL all-reduce, all-to-all and all-gather on the world-size-1 "
-             "group fullgraph's nccl communicator builds (its own collectives short-cut at size 1)",
-             cmd("{py} -m bench.gpu_check_commands collectives --transport {nccl}"), 20,
-             target="every collective returns its input", needs=("install",)),
-        Step("gloo-2ranks", "2 ranks on the one GPU (torchrun, gloo moving CUDA tensors): "
-             "halo rows and halo gradients exchanged as device tensors between ranks",
-             cmd("{py} -m torch.distributed.run --standalone --nproc-per-node 2 -m fullgraph.cli "
-                 "train --parts {tiny2} --transport gloo --device {dev} --timeout 60 {exact} "
-                 "--log-json {runs}/gloo-2ranks.jsonl"), 35,
-             target=exact_target, needs=("tiny-parts",), outputs=(runs("gloo-2ranks.jsonl"),),
-             figures=partial(vs_cpu, runs("gloo-2ranks.jsonl"))),
-        Step("predict-cpu", "fullgraph predict of exact-cpu's model file on the CPU, every "
-             "node (the reference of predict)",
-             cmd("{fg} predict {tiny} --model {runs}/exact-cpu.model.pt --device cpu "
-                 "--threads 2 --out {runs}/predict-cpu --force --quiet"), 25,
-             needs=("exact-cpu",), background=True,
-             outputs=(runs("predict-cpu/predictions.npy"),)),
-        Step("predict", "the same prediction on the device, against predict-cpu",
-             cmd("{fg} predict {tiny} --model {runs}/exact-cpu.model.pt --device {dev} "
-                 "--threads 2 --out {runs}/predict-dev --force --quiet"), 25,
-             target="the same class for every node as predict-cpu",
-             needs=("exact-cpu", "predict-cpu"), background=True,
-             outputs=(runs("predict-dev/predictions.npy"),),
-             figures=partial(predict_agreement, runs("predict-cpu"), runs("predict-dev"))),
-        Step("spmm-arxiv", "SpMM fwd and fwd+bwd at F=64/128/256 on the arxiv-size graph: "
-             "ours (Triton) vs cuSPARSE (torch.sparse.mm on CSR; transpose cached)",
-             cmd("{kernels} --graphs " + ("tiny" if dry else "arxiv")
-                 + " --data-root {data} --out {out}/kernels_arxiv.csv"), 35,
-             target=spmm_target, needs=("install",),
-             after=("kernel-tests", "exact-cpu", "predict-cpu", "predict"),
-             outputs=(str(s.out / "kernels_arxiv.csv"),),
-             figures=partial(spmm_figures, s.out / "kernels_arxiv.csv", dry)),
-        Step("spmm-products", f"the same on the {big}-size graph",
-             cmd("{kernels} --graphs {big1} --out {out}/kernels_products.csv"), 60,
-             target=spmm_target, needs=("big-graph",),
-             outputs=(str(s.out / "kernels_products.csv"),),
-             figures=partial(spmm_figures, s.out / "kernels_products.csv", dry)),
-        Step("train-gcn", f"one-GPU training epochs, GCN 3 x 256 fp32, {big}-size graph",
-             cmd("{fg} train --parts {big1} {train} --model gcn "
-                 "--log-json {runs}/train-gcn.jsonl"), 75,
-             target="none given: epoch time recorded", needs=("big-graph",),
-             outputs=(runs("train-gcn.jsonl"),),
-             figures=partial(train_figures, runs("train-gcn.jsonl"))),
-        Step("train-bf16", "the GCN run of train-gcn in --precision bf16-mixed (bf16 tensor "
-             "cores, forward halo rows and Triton sums of bf16 rows in float64)",
-             cmd("{fg} train --parts {big1} {train} --model gcn --precision bf16-mixed "
-                 "--log-json {runs}/train-bf16.jsonl"), 75,
-             target="none given: epoch time and speed-up over train-gcn recorded",
-             needs=("big-graph",), after=("train-gcn",), outputs=(runs("train-bf16.jsonl"),),
-             figures=partial(bf16_figures, runs("train-gcn.jsonl"), runs("train-bf16.jsonl"))),
-        Step("train-sage", "the train-gcn run with GraphSAGE (mean) 3 x 256 fp32",
-             cmd("{fg} train --parts {big1} {train} --model sage "
-                 "--log-json {runs}/train-sage.jsonl"), 75,
-             target="none given: epoch time recorded", needs=("big-graph",),
-             outputs=(runs("train-sage.jsonl"),),
-             figures=partial(train_figures, runs("train-sage.jsonl"))),
-    ]  # fmt: skip
+        Step(
+            "env",
+            "interpreter, torch, Triton, CUDA device, nvidia-smi",
+            cmd("{py} -m bench.gpu_check_commands env --json {work}/env.json {cuda}"),
+            20,
+            target="torch sees a CUDA device",
+        ),
+        Step(
+            "install",
+            "fullgraph importable from this checkout: else pip install --no-deps "
+            "--no-build-isolation -e ., else a finder on PYTHONPATH",
+            cmd("{py} -m bench.gpu_check_commands install --work {work}"),
+            25,
+        ),
+        Step(
+            "tiny-graph",
+            "tiny synthetic graph on disk (fullgraph data synth)",
+            cmd("{fg} data synth --preset tiny --name tiny-synth --root {data} --force"),
+            15,
+            needs=("install",),
+        ),
+        Step(
+            "tiny-parts",
+            "its 2-part random partition (fullgraph partition, no METIS)",
+            cmd("{fg} partition {tiny} --parts 2 --method random --out {tiny2} --force"),
+            15,
+            needs=("tiny-graph",),
+        ),
+        Step(
+            "big-graph",
+            f"{big}-size graph generated in memory, written as a one-part "
+            "contiguous partition (no text layout, no METIS)",
+            cmd("{py} -m bench.gpu_check_commands make-parts --preset {big} --out {big1}"),
+            150,
+            needs=("install",),
+            background=True,
+        ),
+        Step(
+            "kernel-tests",
+            "kernel tests on CUDA, Triton compiled (not interpreted)",
+            cmd(
+                "{py} -m pytest -q -p no:cacheprovider --timeout 60 --junitxml {xml} {collect} "
+                "tests/kernels/test_kernel_cuda.py tests/kernels/test_kernel_csr.py"
+            ),
+            90,
+            target="0 failed, 0 skipped",
+            needs=("install",),
+            background=True,
+            gpu_only=True,
+            outputs=(xml,),
+            figures=partial(junit_figures, xml),
+        ),
+        Step(
+            "exact-cpu",
+            f"reference: GCN 3 x 64, dropout 0.5, {EXACT_EPOCHS} epochs, tiny "
+            "graph, one process on the CPU",
+            cmd("{fg} train {tiny} --device cpu {exact} --log-json {runs}/exact-cpu.jsonl"),
+            30,
+            needs=("tiny-graph",),
+            background=True,
+            outputs=(runs("exact-cpu.jsonl"),),
+        ),
+        Step(
+            "exact-cuda",
+            "the same run on the GPU, losses against exact-cpu",
+            cmd("{fg} train {tiny} --device {dev} {exact} --log-json {runs}/exact-cuda.jsonl"),
+            20,
+            target=exact_target,
+            needs=("tiny-graph",),
+            outputs=(runs("exact-cuda.jsonl"),),
+            figures=partial(vs_cpu, runs("exact-cuda.jsonl")),
+        ),
+        Step(
+            "nccl-1rank",
+            "the same run through the nccl transport, world size 1: set-up, "
+            "process group, device placement (its collectives short-cut at size 1)",
+            cmd(
+                "{fg} train {tiny} --transport {nccl} --device {dev} {exact} "
+                "--log-json {runs}/nccl-1rank.jsonl"
+            ),
+            20,
+            target=exact_target,
+            needs=("tiny-graph",),
+            outputs=(runs("nccl-1rank.jsonl"),),
+            figures=partial(vs_cpu, runs("nccl-1rank.jsonl")),
+        ),
+        Step(
+            "nccl-collectives",
+            "NCCL all-reduce, all-to-all and all-gather on the world-size-1 "
+            "group fullgraph's nccl communicator builds (its own collectives short-cut at size 1)",
+            cmd("{py} -m bench.gpu_check_commands collectives --transport {nccl}"),
+            20,
+            target="every collective returns its input",
+            needs=("install",),
+        ),
+        Step(
+            "gloo-2ranks",
+            "2 ranks on the one GPU (torchrun, gloo moving CUDA tensors): "
+            "halo rows and halo gradients exchanged as device tensors between ranks",
+            cmd(
+                "{py} -m torch.distributed.run --standalone --nproc-per-node 2 -m fullgraph.cli "
+                "train --parts {tiny2} --transport gloo --device {dev} --timeout 60 {exact} "
+                "--log-json {runs}/gloo-2ranks.jsonl"
+            ),
+            35,
+            target=exact_target,
+            needs=("tiny-parts",),
+            outputs=(runs("gloo-2ranks.jsonl"),),
+            figures=partial(vs_cpu, runs("gloo-2ranks.jsonl")),
+        ),
+        Step(
+            "predict-cpu",
+            "fullgraph predict of exact-cpu's model file on the CPU, every "
+            "node (the reference of predict)",
+            cmd(
+                "{fg} predict {tiny} --model {runs}/exact-cpu.model.pt --device cpu "
+                "--threads 2 --out {runs}/predict-cpu --force --quiet"
+            ),
+            25,
+            needs=("exact-cpu",),
+            background=True,
+            outputs=(runs("predict-cpu/predictions.npy"),),
+        ),
+        Step(
+            "predict",
+            "the same prediction on the device, against predict-cpu",
+            cmd(
+                "{fg} predict {tiny} --model {runs}/exact-cpu.model.pt --device {dev} "
+                "--threads 2 --out {runs}/predict-dev --force --quiet"
+            ),
+            25,
+            target="the same class for every node as predict-cpu",
+            needs=("exact-cpu", "predict-cpu"),
+            background=True,
+            outputs=(runs("predict-dev/predictions.npy"),),
+            figures=partial(predict_agreement, runs("predict-cpu"), runs("predict-dev")),
+        ),
+        Step(
+            "spmm-arxiv",
+            "SpMM fwd and fwd+bwd at F=64/128/256 on the arxiv-size graph: "
+            "ours (Triton) vs cuSPARSE (torch.sparse.mm on CSR; transpose cached)",
+            cmd(
+                "{kernels} --graphs "
+                + ("tiny" if dry else "arxiv")
+                + " --data-root {data} --out {out}/kernels_arxiv.csv"
+            ),
+            35,
+            target=spmm_target,
+            needs=("install",),
+            after=("kernel-tests", "exact-cpu", "predict-cpu", "predict"),
+            outputs=(str(s.out / "kernels_arxiv.csv"),),
+            figures=partial(spmm_figures, s.out / "kernels_arxiv.csv", dry),
+        ),
+        Step(
+            "spmm-products",
+            f"the same on the {big}-size graph",
+            cmd("{kernels} --graphs {big1} --out {out}/kernels_products.csv"),
+            60,
+            target=spmm_target,
+            needs=("big-graph",),
+            outputs=(str(s.out / "kernels_products.csv"),),
+            figures=partial(spmm_figures, s.out / "kernels_products.csv", dry),
+        ),
+        Step(
+            "train-gcn",
+            f"one-GPU training epochs, GCN 3 x 256 fp32, {big}-size graph",
+            cmd("{fg} train --parts {big1} {train} --model gcn --log-json {runs}/train-gcn.jsonl"),
+            75,
+            target="none given: epoch time recorded",
+            needs=("big-graph",),
+            outputs=(runs("train-gcn.jsonl"),),
+            figures=partial(train_figures, runs("train-gcn.jsonl")),
+        ),
+        Step(
+            "train-bf16",
+            "the GCN run of train-gcn in --precision bf16-mixed (bf16 tensor "
+            "cores, forward halo rows and Triton sums of bf16 rows in float64)",
+            cmd(
+                "{fg} train --parts {big1} {train} --model gcn --precision bf16-mixed "
+                "--log-json {runs}/train-bf16.jsonl"
+            ),
+            75,
+            target="none given: epoch time and speed-up over train-gcn recorded",
+            needs=("big-graph",),
+            after=("train-gcn",),
+            outputs=(runs("train-bf16.jsonl"),),
+            figures=partial(bf16_figures, runs("train-gcn.jsonl"), runs("train-bf16.jsonl")),
+        ),
+        Step(
+            "train-sage",
+            "the train-gcn run with GraphSAGE (mean) 3 x 256 fp32",
+            cmd(
+                "{fg} train --parts {big1} {train} --model sage --log-json {runs}/train-sage.jsonl"
+            ),
+            75,
+            target="none given: epoch time recorded",
+            needs=("big-graph",),
+            outputs=(runs("train-sage.jsonl"),),
+            figures=partial(train_figures, runs("train-sage.jsonl")),
+        ),
+    ]
 
 
 def select(steps: list[Step], only: Sequence[str]) -> list[Step]:

@@ -65,10 +65,24 @@ class LinkRun:
         def node_of(r: int) -> int:
             return r // per_node
 
-        out = [sum(matrix[r][q] for r in range(size) for q in range(size)
-                   if node_of(r) == n != node_of(q)) for n in nodes]  # fmt: skip
-        into = [sum(matrix[r][q] for r in range(size) for q in range(size)
-                    if node_of(q) == n != node_of(r)) for n in nodes]  # fmt: skip
+        out = [
+            sum(
+                matrix[r][q]
+                for r in range(size)
+                for q in range(size)
+                if node_of(r) == n != node_of(q)
+            )
+            for n in nodes
+        ]
+        into = [
+            sum(
+                matrix[r][q]
+                for r in range(size)
+                for q in range(size)
+                if node_of(q) == n != node_of(r)
+            )
+            for n in nodes
+        ]
         return cls(
             compute_s=fp32["step_s"] - fp32["halo_wait_s"] - fp32["reduce_s"],
             codec_s=codec["codec_s"],
@@ -142,6 +156,6 @@ def fit_report(table: Iterable[dict], limit: float = 0.2) -> list[str]:
                 )
                 if off
                 else ""
-            )  # fmt: skip
+            )
         )
     return lines

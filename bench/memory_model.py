@@ -49,8 +49,17 @@ def measure(parts: Path, ranks: int, train_args: list[str], big: bool) -> dict[i
     """Peak RSS (MiB) of every rank of one ``fullgraph train`` run."""
     venv = Path(sys.executable).parent
     mpirun = str(venv / "mpirun") if (venv / "mpirun").exists() else "mpirun"
-    cmd = [mpirun, "-n", str(ranks), *bench_command("memory_model", "--wrap", "--"),
-           str(venv / "fullgraph"), "train", "--parts", str(parts), *train_args]  # fmt: skip
+    cmd = [
+        mpirun,
+        "-n",
+        str(ranks),
+        *bench_command("memory_model", "--wrap", "--"),
+        str(venv / "fullgraph"),
+        "train",
+        "--parts",
+        str(parts),
+        *train_args,
+    ]
     if big:
         cmd = ["flock", LOCK, *cmd]
     print("  $ " + " ".join(cmd), flush=True)
@@ -88,8 +97,17 @@ def main() -> None:
         graph = GraphShape.from_meta(meta)
         big = max(p.num_edges for p in graph.parts) > BIG_EDGES
         for model in a.models.split(","):
-            train_args = ["--model", model, "--layers", str(a.layers), "--hidden",
-                          str(a.hidden), "--epochs", str(a.epochs), *a.extra.split()]  # fmt: skip
+            train_args = [
+                "--model",
+                model,
+                "--layers",
+                str(a.layers),
+                "--hidden",
+                str(a.hidden),
+                "--epochs",
+                str(a.epochs),
+                *a.extra.split(),
+            ]
             parser = argparse.ArgumentParser()
             TrainConfig.add_arguments(parser)  # the run's options, parsed as train parses them
             cfg = TrainConfig.from_args(parser.parse_args(train_args))
@@ -100,8 +118,11 @@ def main() -> None:
             peaks = measure(parts, graph.num_parts, train_args, big)
             for p in preds:
                 got, want = peaks.get(p.rank, float("nan")), p.total / 2**20
-                print(f"{case:15s} {model:5s} {p.rank:5d} {want:14.0f} {got:13.0f} "
-                      f"{got / want:19.3f}  (peak in {p.phase})", flush=True)  # fmt: skip
+                print(
+                    f"{case:15s} {model:5s} {p.rank:5d} {want:14.0f} {got:13.0f} "
+                    f"{got / want:19.3f}  (peak in {p.phase})",
+                    flush=True,
+                )
                 x = f"{case}/{model}/rank{p.rank}"
                 writer.write("memory_model", "model", "peak_rss", "MiB", x, want, graph.num_parts)
                 writer.write("memory_model", "measured", "peak_rss", "MiB", x, got, graph.num_parts)

@@ -80,8 +80,16 @@ def worker(a: argparse.Namespace) -> None:
 
     comm, _ = start_rank("bench", detect_launch(), "mpi", 600, 1)  # as `fullgraph train`
     part = load_partition(a.parts, comm.rank, mmap=False)
-    cfg = TrainConfig(model="gcn", layers=3, hidden=256, dropout=0.5, input_dropout=0.0,
-                      lr=0.01, epochs=a.reps + 1, seed=0)  # fmt: skip
+    cfg = TrainConfig(
+        model="gcn",
+        layers=3,
+        hidden=256,
+        dropout=0.5,
+        input_dropout=0.0,
+        lr=0.01,
+        epochs=a.reps + 1,
+        seed=0,
+    )
     tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
     del part  # as `fullgraph train` does: the trainer holds what it trains on
     plans = tr.ctx.plans()  # the whole plan and the pruned layers' ones
@@ -123,7 +131,7 @@ def worker(a: argparse.Namespace) -> None:
                             "codec_s": float(maxes[3]),
                             "exchanges": exchanges,
                             "peer_bytes": matrix,
-                        }  # fmt: skip
+                        }
                     )
     if comm.rank == 0:
         out = []
@@ -167,12 +175,29 @@ else:
     dt = float(c.recv(64)); print(n * 8 / dt / 1e9, rtt * 1e3)
 """
     n = str(megabytes * 1e6)
-    server = subprocess.Popen(["ip", "netns", "exec", cluster.node(1), sys.executable, "-c", code,
-                               "server", "-", n], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", cluster.node(1), sys.executable, "-c", code, "server", "-", n],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-    client = subprocess.run(["ip", "netns", "exec", cluster.node(0), sys.executable, "-c", code,
-                             "client", cluster.node(1), n], capture_output=True, text=True,
-                            timeout=300)  # fmt: skip
+    client = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            cluster.node(0),
+            sys.executable,
+            "-c",
+            code,
+            "client",
+            cluster.node(1),
+            n,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     server.wait(timeout=60)
     gbps, rtt_ms = (float(v) for v in client.stdout.split())
     return gbps, rtt_ms
@@ -207,14 +232,26 @@ def launch(cmd: list[str], result: Path, what: str) -> list[dict]:
         run_checked(cmd, env=env)
     finally:
         stop.set()
-    print(f"{what}: {time.perf_counter() - t0:.0f} s, peak RSS over ranks {peak[0]:.1f} GiB",
-          flush=True)  # fmt: skip
+    print(
+        f"{what}: {time.perf_counter() - t0:.0f} s, peak RSS over ranks {peak[0]:.1f} GiB",
+        flush=True,
+    )
     return json.loads(result.read_text())
 
 
 def worker_argv(a: argparse.Namespace, result: Path) -> list[str]:
-    return bench_command("multinode_compress", "--worker", "--parts", a.parts, "--reps",
-                         str(a.reps), "--codecs", a.codecs, "--result", str(result))  # fmt: skip
+    return bench_command(
+        "multinode_compress",
+        "--worker",
+        "--parts",
+        a.parts,
+        "--reps",
+        str(a.reps),
+        "--codecs",
+        a.codecs,
+        "--result",
+        str(result),
+    )
 
 
 def main() -> None:
@@ -272,8 +309,11 @@ def main() -> None:
                 cluster.up()  # re-shapes every link
                 if rate not in link:  # the best of three streams: the link, not a busy spell
                     link[rate] = max((link_gbps(cluster) for _ in range(3)), key=lambda t: t[0])
-                    print(f"link {rate}: {link[rate][0]:.2f} Gbit/s measured, round trip "
-                          f"{link[rate][1]:.3f} ms", flush=True)  # fmt: skip
+                    print(
+                        f"link {rate}: {link[rate][0]:.2f} Gbit/s measured, round trip "
+                        f"{link[rate][1]:.3f} ms",
+                        flush=True,
+                    )
                 result = out / f"multinode-{layout}-{rate}.json"
                 cmd = cluster.mpirun(nodes * per_node, per_node, worker_argv(a, result))
                 runs[f"{layout}/{rate}"] = launch(cmd, result, f"{layout} at {rate}")
@@ -306,8 +346,12 @@ def mean_runs(a: list[dict], b: list[dict]) -> list[dict]:
     out = []
     for r in a:
         s = other[(r["label"], r["overlap"])]
-        out.append({**r, **{k: (r[k] + s[k]) / 2 for k in ("step_s", "halo_wait_s", "reduce_s",
-                                                            "codec_s")}})  # fmt: skip
+        out.append(
+            {
+                **r,
+                **{k: (r[k] + s[k]) / 2 for k in ("step_s", "halo_wait_s", "reduce_s", "codec_s")},
+            }
+        )
     return out
 
 
@@ -337,9 +381,11 @@ def summarise(
     for rate, (gbps, rtt) in link.items():
         csv.write("multinode-link", "tcp-stream", "throughput", "Gbit/s", rate, gbps, 2)
         csv.write("multinode-link", "tcp-stream", "round_trip", "ms", rate, rtt, 2)
-    print(f"\n{'layout':>6} {'link':>7} {'codec':>5} {'epoch s':>8} {'exch s':>7} "
-          f"{'hidden':>6} {'model0':>7} {'err0':>6} {'model':>7} {'err':>6} {'blocked':>7} "
-          f"{'x0':>6} {'xerr0':>6} {'x1':>6} {'xerr':>6}")  # fmt: skip
+    print(
+        f"\n{'layout':>6} {'link':>7} {'codec':>5} {'epoch s':>8} {'exch s':>7} "
+        f"{'hidden':>6} {'model0':>7} {'err0':>6} {'model':>7} {'err':>6} {'blocked':>7} "
+        f"{'x0':>6} {'xerr0':>6} {'x1':>6} {'xerr':>6}"
+    )
     for key, rows in runs.items():
         if key == "one-node":
             continue
@@ -359,30 +405,51 @@ def summarise(
             exchange, wait = off["halo_wait_s"], on["halo_wait_s"]
             blocked = off["halo_wait_s"] + off["reduce_s"]
             row = {
-                "layout": layout, "rate": rate, "codec": label, "epoch_s": on["step_s"],
-                "epoch_no_overlap_s": off["step_s"], "exchange_s": exchange, "wait_s": wait,
+                "layout": layout,
+                "rate": rate,
+                "codec": label,
+                "epoch_s": on["step_s"],
+                "epoch_no_overlap_s": off["step_s"],
+                "exchange_s": exchange,
+                "wait_s": wait,
                 "hidden": max(0.0, 1.0 - wait / exchange) if exchange > 0 else 0.0,
-                "model0_s": m0, "model_s": m1, "codec_s": on["codec_s"],
-                "inter_node_bytes": base.node_bytes, "blocked_s": blocked,
-                "model0_blocked_s": x0, "model_blocked_s": x1,
-            }  # fmt: skip
+                "model0_s": m0,
+                "model_s": m1,
+                "codec_s": on["codec_s"],
+                "inter_node_bytes": base.node_bytes,
+                "blocked_s": blocked,
+                "model0_blocked_s": x0,
+                "model_blocked_s": x1,
+            }
             row["err0"], row["err"] = row["epoch_s"] / m0 - 1, row["epoch_s"] / m1 - 1
             row["xerr0"], row["xerr"] = blocked / x0 - 1, blocked / x1 - 1
             table.append(row)
             what = f"multinode-{layout}"
-            for metric, unit in (("epoch_s", "s"), ("exchange_s", "s"), ("wait_s", "s"),
-                                 ("hidden", "fraction"), ("model0_s", "s"), ("model_s", "s"),
-                                 ("err0", "fraction"), ("err", "fraction"),
-                                 ("epoch_no_overlap_s", "s"), ("blocked_s", "s"),
-                                 ("model0_blocked_s", "s"), ("model_blocked_s", "s"),
-                                 ("xerr0", "fraction"), ("xerr", "fraction"),
-                                 ("inter_node_bytes", "B")):  # fmt: skip
+            for metric, unit in (
+                ("epoch_s", "s"),
+                ("exchange_s", "s"),
+                ("wait_s", "s"),
+                ("hidden", "fraction"),
+                ("model0_s", "s"),
+                ("model_s", "s"),
+                ("err0", "fraction"),
+                ("err", "fraction"),
+                ("epoch_no_overlap_s", "s"),
+                ("blocked_s", "s"),
+                ("model0_blocked_s", "s"),
+                ("model_blocked_s", "s"),
+                ("xerr0", "fraction"),
+                ("xerr", "fraction"),
+                ("inter_node_bytes", "B"),
+            ):
                 csv.write(what, label, metric, unit, rate, row[metric], 4)
             flag = lambda e: f"{100 * e:+5.0f}%" + ("*" if abs(e) > 0.2 else " ")  # noqa: E731
-            print(f"{layout:>6} {rate:>7} {label:>5} {row['epoch_s']:8.3f} {exchange:7.3f} "
-                  f"{100 * row['hidden']:5.0f}% {m0:7.3f} {flag(row['err0'])} {m1:7.3f} "
-                  f"{flag(row['err'])} {blocked:7.3f} {x0:6.3f} {flag(row['xerr0'])} {x1:6.3f} "
-                  f"{flag(row['xerr'])}")  # fmt: skip
+            print(
+                f"{layout:>6} {rate:>7} {label:>5} {row['epoch_s']:8.3f} {exchange:7.3f} "
+                f"{100 * row['hidden']:5.0f}% {m0:7.3f} {flag(row['err0'])} {m1:7.3f} "
+                f"{flag(row['err'])} {blocked:7.3f} {x0:6.3f} {flag(row['xerr0'])} {x1:6.3f} "
+                f"{flag(row['xerr'])}"
+            )
     for line in fit_report(table):
         print(line)
     return table
@@ -402,9 +469,15 @@ def plot(table: list[dict], path: Path, dataset: str = "arxiv-synth") -> Path:
     layouts = sorted({r["layout"] for r in table})
     rates = list(dict.fromkeys(r["rate"] for r in table))
     labels = list(dict.fromkeys(r["codec"] for r in table))
-    rows = (("epoch_s", "model_s", "model0_s", "epoch s"),
-            ("blocked_s", "model_blocked_s", "model0_blocked_s",
-             "blocked in exchanges, overlap off, s"))  # fmt: skip
+    rows = (
+        ("epoch_s", "model_s", "model0_s", "epoch s"),
+        (
+            "blocked_s",
+            "model_blocked_s",
+            "model0_blocked_s",
+            "blocked in exchanges, overlap off, s",
+        ),
+    )
     panels = []
     for measured, model, old, ylabel in rows:
         for layout in layouts:
@@ -412,8 +485,10 @@ def plot(table: list[dict], path: Path, dataset: str = "arxiv-synth") -> Path:
             bars = []
             for label in labels:
                 mine = [cell[(rt, label)] for rt in rates]
-                marks = [Marks([r[old] for r in mine], "x", color="k", size=5),
-                         Marks([r[model] for r in mine], "o", hollow=True)]  # fmt: skip
+                marks = [
+                    Marks([r[old] for r in mine], "x", color="k", size=5),
+                    Marks([r[model] for r in mine], "o", hollow=True),
+                ]
                 bars.append(Bars(label, [r[measured] for r in mine], marks))
             panels.append(
                 BarPanel(

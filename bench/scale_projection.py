@@ -80,8 +80,9 @@ def rates() -> tuple[float, float]:
     return spmm_rate, gemm_rate
 
 
-def epoch_seconds(n: int, h: int, s: int, e: int, spmm_rate: float, gemm_rate: float,
-                  gbps: float) -> tuple[float, float]:  # fmt: skip
+def epoch_seconds(
+    n: int, h: int, s: int, e: int, spmm_rate: float, gemm_rate: float, gbps: float
+) -> tuple[float, float]:
     """(compute s on one thread, halo s) of one training epoch of one rank (module docstring):
     ``n`` inner rows, ``h`` halo rows received, ``s`` rows sent, ``e`` stored edges."""
     F, H, C = FEATURES, HIDDEN, CLASSES
@@ -124,8 +125,9 @@ def main() -> None:
         graph, rho = shape(parts, a.halo_ratio, a.halo_growth)
         pred = predict(graph, cfg, floor)[0]
         p = graph.parts[0]
-        comp, comm = epoch_seconds(p.num_inner, p.num_halo, p.num_send, p.num_edges,
-                                   spmm_rate, gemm_rate, a.bandwidth)  # fmt: skip
+        comp, comm = epoch_seconds(
+            p.num_inner, p.num_halo, p.num_send, p.num_edges, spmm_rate, gemm_rate, a.bandwidth
+        )
         terms = "  ".join(f"{pred.terms[t] / 1e9:11.2f}" for t in TERMS)
         sar = SAR_GB.get(parts)
         print(

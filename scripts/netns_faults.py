@@ -53,10 +53,16 @@ class Job:
 
     def __init__(self, cmds: list[list[str]], env: dict[str, str]) -> None:
         self.procs = [
-            subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, **env}, start_new_session=True)
+            subprocess.Popen(
+                c,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, **env},
+                start_new_session=True,
+            )
             for c in cmds
-        ]  # fmt: skip
+        ]
         self.outputs: list[tuple[str, str]] = []
 
     def wait(self, limit: float) -> tuple[list[int | None], float]:
@@ -128,14 +134,34 @@ def left_behind(marker: str, cluster: NetnsCluster) -> list[str]:
 
 
 def run_case(
-    cluster: NetnsCluster, transport: str, case: str, a: argparse.Namespace, work: Path,
-    reference: list[float], reference_epoch_s: float, port: int,
-) -> dict:  # fmt: skip
+    cluster: NetnsCluster,
+    transport: str,
+    case: str,
+    a: argparse.Namespace,
+    work: Path,
+    reference: list[float],
+    reference_epoch_s: float,
+    port: int,
+) -> dict:
     """One fault case: inject, measure the end, restore, resume; the row of results."""
     ck, log = work / f"{transport}-{case}-ck", work / f"{transport}-{case}.jsonl"
-    common = ["--parts", a.parts, "--epochs", str(a.epochs), "--hidden", str(a.hidden),
-              "--timeout", str(a.timeout), "--checkpoint", str(ck), "--checkpoint-every", "2",
-              "--log-json", str(log), "--quiet"]  # fmt: skip
+    common = [
+        "--parts",
+        a.parts,
+        "--epochs",
+        str(a.epochs),
+        "--hidden",
+        str(a.hidden),
+        "--timeout",
+        str(a.timeout),
+        "--checkpoint",
+        str(ck),
+        "--checkpoint-every",
+        "2",
+        "--log-json",
+        str(log),
+        "--quiet",
+    ]
     row: dict = {"transport": transport, "case": case, "timeout_s": a.timeout}
     if case == "loss-5%":
         cluster.shape(1, loss="5%")
@@ -145,12 +171,17 @@ def run_case(
         cluster.shape(1, loss="0%")
         got = losses(log)
         row.update(
-            exit=codes, seconds_to_exit="", errors=" | ".join(job.errors()[:3]),
-            left=len(left_behind(str(ck), cluster)), finished=all(c == 0 for c in codes),
-            exact=got == reference, checkpoint_epoch="",
-            epoch_s_vs_no_loss=round(statistics_median(epoch_times(log)[1:]) /
-                                     reference_epoch_s, 2) if got else "",
-        )  # fmt: skip
+            exit=codes,
+            seconds_to_exit="",
+            errors=" | ".join(job.errors()[:3]),
+            left=len(left_behind(str(ck), cluster)),
+            finished=all(c == 0 for c in codes),
+            exact=got == reference,
+            checkpoint_epoch="",
+            epoch_s_vs_no_loss=round(statistics_median(epoch_times(log)[1:]) / reference_epoch_s, 2)
+            if got
+            else "",
+        )
         row["ok"] = row["finished"] and row["exact"] and row["left"] == 0
         return row
     if not wait_for_epoch(log, a.fault_epoch, 600):
@@ -176,11 +207,15 @@ def run_case(
     rcodes, _ = resumed.wait(a.timeout * a.epochs + 300)
     got = losses(log)
     row.update(
-        seconds_to_exit=round(t_end - t_fault, 1), exit=codes,
+        seconds_to_exit=round(t_end - t_fault, 1),
+        exit=codes,
         errors=" | ".join(errors[:3]) + (f" (+{len(errors) - 3} lines)" if len(errors) > 3 else ""),
-        left=len(left), checkpoint_epoch=ckpt_epoch, resume_exit=rcodes,
-        exact=got == reference, finished="",
-    )  # fmt: skip
+        left=len(left),
+        checkpoint_epoch=ckpt_epoch,
+        resume_exit=rcodes,
+        exact=got == reference,
+        finished="",
+    )
     named = any(re.search(r"unreachable: rank \d", e) for e in errors)
     row["ok"] = (
         t_end - t_fault <= a.timeout + GRACE_S
@@ -229,9 +264,24 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fg-faults-") as tmp, NetnsCluster(2, a.rate) as c:
         work = Path(tmp)
         ref_log = work / "reference.jsonl"
-        ref = launch(c, "mpi", ["--parts", a.parts, "--epochs", str(a.epochs), "--hidden",
-                                str(a.hidden), "--timeout", str(a.timeout), "--log-json",
-                                str(ref_log), "--quiet"], 29600)  # fmt: skip
+        ref = launch(
+            c,
+            "mpi",
+            [
+                "--parts",
+                a.parts,
+                "--epochs",
+                str(a.epochs),
+                "--hidden",
+                str(a.hidden),
+                "--timeout",
+                str(a.timeout),
+                "--log-json",
+                str(ref_log),
+                "--quiet",
+            ],
+            29600,
+        )
         codes, _ = ref.wait(a.timeout * a.epochs + 300)
         if codes != [0]:
             print("reference run failed:\n" + "\n".join(ref.errors()), file=sys.stderr)

@@ -74,8 +74,7 @@ class Cluster:
     def run(self, cmd: list[str], timeout: float = 300, **kw: object) -> tuple[int, str, float]:
         """Run ``cmd``; (exit status, stdout + stderr, seconds)."""
         start = time.monotonic()
-        r = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=timeout,
-                           **kw)  # type: ignore[call-overload]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=timeout, **kw)  # type: ignore[call-overload]
         return r.returncode, r.stdout + r.stderr, time.monotonic() - start
 
     def node(self, i: int) -> str:
@@ -88,16 +87,18 @@ class Cluster:
 
     def job_state(self, job: str) -> dict[str, str]:
         """``scontrol show job`` as a dict (empty once the controller forgot the job)."""
-        r = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True,
-                           text=True, env=self.env)  # fmt: skip
+        r = subprocess.run(
+            ["scontrol", "-o", "show", "job", job], capture_output=True, text=True, env=self.env
+        )
         return dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
 
     def wait_idle(self, limit: float = 90) -> None:
         """Wait until both nodes are idle (a finished job's nodes complete first)."""
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
-            r = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True,
-                               text=True, env=self.env)  # fmt: skip
+            r = subprocess.run(
+                ["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, env=self.env
+            )
             if r.stdout.split() == ["idle", "idle"]:
                 return
             time.sleep(0.5)
@@ -126,8 +127,10 @@ def launch_of(log: Path) -> str:
     """``launcher/pmi, local_size, threads`` of a run, from its resolved config."""
     cfg = json.loads(log.with_name(log.stem + ".config.json").read_text())
     la = cfg["launch"]
-    return (f"{la['launcher']}{'/' + la['pmi'] if la.get('pmi') else ''}, {la['size']} ranks, "
-            f"{la['local_size']} per node, {cfg.get('threads_per_rank')} thread(s)")  # fmt: skip
+    return (
+        f"{la['launcher']}{'/' + la['pmi'] if la.get('pmi') else ''}, {la['size']} ranks, "
+        f"{la['local_size']} per node, {cfg.get('threads_per_rank')} thread(s)"
+    )
 
 
 def processes_naming(marker: str) -> list[int]:
@@ -202,28 +205,90 @@ class Drills:
         """The tiny graph, its 1- and 4-part partitions, and the one-process references."""
         w = self.work
         for cmd in (
-            [self.fg, "data", "synth", "--preset", "tiny", "--name", "tiny", "--root",
-             str(w / "data"), "--seed", "0", "--force"],
-            [self.fg, "partition", "--dataset", "tiny", "--root", str(w / "data"), "--parts", "1",
-             "--out", str(w / "p1"), "--force"],
-            [self.fg, "partition", "--dataset", "tiny", "--root", str(w / "data"), "--parts", "4",
-             "--out", str(w / "p4"), "--force"],
-        ):  # fmt: skip
+            [
+                self.fg,
+                "data",
+                "synth",
+                "--preset",
+                "tiny",
+                "--name",
+                "tiny",
+                "--root",
+                str(w / "data"),
+                "--seed",
+                "0",
+                "--force",
+            ],
+            [
+                self.fg,
+                "partition",
+                "--dataset",
+                "tiny",
+                "--root",
+                str(w / "data"),
+                "--parts",
+                "1",
+                "--out",
+                str(w / "p1"),
+                "--force",
+            ],
+            [
+                self.fg,
+                "partition",
+                "--dataset",
+                "tiny",
+                "--root",
+                str(w / "data"),
+                "--parts",
+                "4",
+                "--out",
+                str(w / "p4"),
+                "--force",
+            ],
+        ):
             rc, out, _ = self.c.run(cmd)
             if rc != 0:
                 raise RuntimeError(f"{' '.join(cmd[:3])} failed: {out[-500:]}")
 
     def train(self, epochs: int, log: Path, parts: str | Path = "p4") -> list[str]:
         """``fullgraph train`` arguments (``parts`` relative to the run directory)."""
-        return [self.fg, "train", "--parts", str(self.work / parts), "--epochs", str(epochs),
-                "--quiet", "--timeout", str(self.a.timeout), "--force", "--log-json",
-                str(log)]  # fmt: skip
+        return [
+            self.fg,
+            "train",
+            "--parts",
+            str(self.work / parts),
+            "--epochs",
+            str(epochs),
+            "--quiet",
+            "--timeout",
+            str(self.a.timeout),
+            "--force",
+            "--log-json",
+            str(log),
+        ]
 
     def minibatch(self, log: Path) -> list[str]:
         """``fullgraph minibatch`` arguments (2 epochs, fan-outs 5,3)."""
-        return [self.fg, "minibatch", "--dataset", "tiny", "--root", str(self.work / "data"),
-                "--epochs", "2", "--fanouts", "5,3", "--batch-size", "128", "--quiet",
-                "--timeout", str(self.a.timeout), "--force", "--log-json", str(log)]  # fmt: skip
+        return [
+            self.fg,
+            "minibatch",
+            "--dataset",
+            "tiny",
+            "--root",
+            str(self.work / "data"),
+            "--epochs",
+            "2",
+            "--fanouts",
+            "5,3",
+            "--batch-size",
+            "128",
+            "--quiet",
+            "--timeout",
+            str(self.a.timeout),
+            "--force",
+            "--log-json",
+            str(log),
+        ]
 
     def srun(self, mpi: str, argv: list[str]) -> list[str]:
         """``srun -N 2 --ntasks-per-node 2 --mpi=MPI ARGV``."""
@@ -236,16 +301,36 @@ class Drills:
         print(f"exact: 2 nodes x 2 ranks, train {e} epochs and minibatch 2 epochs, tiny graph")
         runs = {
             "one": [*self.train(e, w / "one.jsonl", "p1"), "--threads", "1"],
-            "mpirun": [str(LAUNCH_SH), "mpirun", "--prefix", self.c.prefix, "-n", "4", "--",
-                       *self.train(e, w / "mpirun.jsonl"), "--transport", "mpi"],
+            "mpirun": [
+                str(LAUNCH_SH),
+                "mpirun",
+                "--prefix",
+                self.c.prefix,
+                "-n",
+                "4",
+                "--",
+                *self.train(e, w / "mpirun.jsonl"),
+                "--transport",
+                "mpi",
+            ],
             "srun-pmi2": self.srun("pmi2", self.train(e, w / "srun-pmi2.jsonl")),
             "srun-none": self.srun("none", self.train(e, w / "srun-none.jsonl")),
             "mb-one": [*self.minibatch(w / "mb-one.jsonl"), "--threads", "1"],
-            "mb-mpirun": [str(LAUNCH_SH), "mpirun", "--prefix", self.c.prefix, "-n", "4", "--",
-                          *self.minibatch(w / "mb-mpirun.jsonl"), "--transport", "mpi"],
+            "mb-mpirun": [
+                str(LAUNCH_SH),
+                "mpirun",
+                "--prefix",
+                self.c.prefix,
+                "-n",
+                "4",
+                "--",
+                *self.minibatch(w / "mb-mpirun.jsonl"),
+                "--transport",
+                "mpi",
+            ],
             "mb-srun-pmi2": self.srun("pmi2", self.minibatch(w / "mb-srun-pmi2.jsonl")),
             "mb-srun-none": self.srun("none", self.minibatch(w / "mb-srun-none.jsonl")),
-        }  # fmt: skip
+        }
         for name, cmd in runs.items():
             rc, out, secs = self.c.run(cmd)
             shown = " ".join(cmd).replace(str(BIN) + "/", "").replace(str(w) + "/", "")
@@ -257,20 +342,33 @@ class Drills:
                 got = losses(w / f"{name}.jsonl")
                 d = rel_diff(got, one)
                 also = "" if name.endswith("mpirun") else f", to mpirun {rel_diff(got, mpirun):.1e}"
-                print(f"  {name}: {len(got)} epochs, largest relative loss difference to one "
-                      f"process {d:.1e}{also}; {launch_of(w / f'{name}.jsonl')}")  # fmt: skip
+                print(
+                    f"  {name}: {len(got)} epochs, largest relative loss difference to one "
+                    f"process {d:.1e}{also}; {launch_of(w / f'{name}.jsonl')}"
+                )
                 self.check(d <= TOLERANCE, f"{name} within {TOLERANCE:g} of one process")
 
     def _sbatch(self, run_dir: Path, extra: dict[str, str], output: Path | None = None) -> str:
         """Submit the template for ``run_dir``; the job id."""
-        env = {"FG_DATASET": "tiny", "FG_ROOT": str(self.work / "data"), "FG_WORK": str(run_dir),
-               "FG_EPOCHS": str(self.a.long_epochs), "FG_CHECKPOINT_EVERY": "10",
-               "FG_TIMEOUT": str(self.a.timeout), "FG_MPI": "pmi2", **extra}  # fmt: skip
+        env = {
+            "FG_DATASET": "tiny",
+            "FG_ROOT": str(self.work / "data"),
+            "FG_WORK": str(run_dir),
+            "FG_EPOCHS": str(self.a.long_epochs),
+            "FG_CHECKPOINT_EVERY": "10",
+            "FG_TIMEOUT": str(self.a.timeout),
+            "FG_MPI": "pmi2",
+            **extra,
+        }
         out = output or run_dir
         out.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run(["sbatch", "--parsable", f"--output={out}/job-%j.out", str(TEMPLATE)],
-                           capture_output=True, text=True, env={**self.c.env, **env},
-                           cwd=self.work)  # fmt: skip
+        r = subprocess.run(
+            ["sbatch", "--parsable", f"--output={out}/job-%j.out", str(TEMPLATE)],
+            capture_output=True,
+            text=True,
+            env={**self.c.env, **env},
+            cwd=self.work,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"sbatch failed: {r.stderr.strip()}")
         return r.stdout.strip().split(";")[0]
@@ -295,8 +393,10 @@ class Drills:
         """scancel (then resubmit) or scontrol requeue of the template's job mid-run."""
         n = self.a.long_epochs
         run_dir = self.work / f"job-{how}"
-        print(f"{how}: the sbatch template, {n} epochs, checkpoints every 10, --timeout "
-              f"{self.a.timeout}; {how} at epoch {n // 3}")  # fmt: skip
+        print(
+            f"{how}: the sbatch template, {n} epochs, checkpoints every 10, --timeout "
+            f"{self.a.timeout}; {how} at epoch {n // 3}"
+        )
         job = self._sbatch(run_dir, {})
         log = run_dir / "train.jsonl"
         if not wait_for_epoch(log, n // 3, 300):
@@ -307,10 +407,13 @@ class Drills:
         stopped = time.monotonic()
         subprocess.run(cmd, env=self.c.env, check=True)
         secs = wait_pids_gone(ranks, self.a.timeout + GRACE_S + 30) if ranks else float("nan")
-        print(f"  {' '.join(cmd)}: the {len(ranks)} ranks running then all ended {secs:.1f} s "
-              f"later")  # fmt: skip
-        self.check(secs <= self.a.timeout + GRACE_S, f"{how}: every rank ends within "
-                   f"--timeout + {GRACE_S:g} s")  # fmt: skip
+        print(
+            f"  {' '.join(cmd)}: the {len(ranks)} ranks running then all ended {secs:.1f} s later"
+        )
+        self.check(
+            secs <= self.a.timeout + GRACE_S,
+            f"{how}: every rank ends within --timeout + {GRACE_S:g} s",
+        )
         if how == "scancel":
             self._wait_job_gone(job, 120)
             state = self.c.job_state(job)
@@ -326,16 +429,20 @@ class Drills:
                 if state.get("Restarts") == "1" and state.get("JobState") == "RUNNING":
                     break
                 time.sleep(0.5)
-            print(f"  the job ran again {time.monotonic() - stopped:.0f} s after the requeue "
-                  f"(Slurm holds a requeued job back before it starts it again)")  # fmt: skip
+            print(
+                f"  the job ran again {time.monotonic() - stopped:.0f} s after the requeue "
+                f"(Slurm holds a requeued job back before it starts it again)"
+            )
         self._wait_job_gone(job, 900)
         state = self.c.job_state(job)
         out = "".join(p.read_text() for p in sorted(run_dir.glob("job-*.out")))
         resumed = "resuming from" in out
         d = rel_diff(losses(log), self._reference(n))
-        print(f"  job {job} again: {state.get('JobState')}, restarts {state.get('Restarts')}, "
-              f"resumed: {resumed}; largest relative loss difference to an uninterrupted "
-              f"one-process run over {n} epochs {d:.1e}")  # fmt: skip
+        print(
+            f"  job {job} again: {state.get('JobState')}, restarts {state.get('Restarts')}, "
+            f"resumed: {resumed}; largest relative loss difference to an uninterrupted "
+            f"one-process run over {n} epochs {d:.1e}"
+        )
         self.check(state.get("JobState") == "COMPLETED" and resumed, f"{how}: resumed, completed")
         self.check(d <= TOLERANCE, f"{how}: the resumed run matches one process")
 
@@ -344,8 +451,13 @@ class Drills:
         n, node = 100000, self.c.node(2)
         log = self.work / "dead.jsonl"
         print(f"dead-node: srun --mpi=pmi2 training; node {node}'s slurmd killed at epoch 30")
-        proc = subprocess.Popen(self.srun("pmi2", self.train(n, log)), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=self.c.env)  # fmt: skip
+        proc = subprocess.Popen(
+            self.srun("pmi2", self.train(n, log)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.c.env,
+        )
         if not wait_for_epoch(log, 30, 300):
             proc.kill()
             self.check(False, "dead-node: the job reached epoch 30")
@@ -361,8 +473,10 @@ class Drills:
                 break
             time.sleep(0.2)
         named = [ln for ln in error_lines(out) if node in ln]
-        print(f"  srun exit {proc.returncode} after {srun_s:.1f} s; last rank ended after "
-              f"{left_s:.1f} s; lines naming {node}:")  # fmt: skip
+        print(
+            f"  srun exit {proc.returncode} after {srun_s:.1f} s; last rank ended after "
+            f"{left_s:.1f} s; lines naming {node}:"
+        )
         for ln in named:
             print(f"      {ln}")
         print("  other lines: " + " | ".join(ln for ln in error_lines(out) if node not in ln))
@@ -377,18 +491,50 @@ class Drills:
         w = self.work
         print("bad-input:")
         local = STATE / self.c.prefix / "node-local"
-        rc, out, _ = self.c.run(["srun", "-w", self.c.node(1), "-N", "1", "-n", "1", self.fg,
-                                 "partition", "--dataset", "tiny", "--root", str(w / "data"),
-                                 "--parts", "4", "--out", str(local / "p4")])  # fmt: skip
+        rc, out, _ = self.c.run(
+            [
+                "srun",
+                "-w",
+                self.c.node(1),
+                "-N",
+                "1",
+                "-n",
+                "1",
+                self.fg,
+                "partition",
+                "--dataset",
+                "tiny",
+                "--root",
+                str(w / "data"),
+                "--parts",
+                "4",
+                "--out",
+                str(local / "p4"),
+            ]
+        )
         if rc != 0:
             raise RuntimeError(f"partition on node 1's local scratch failed: {out[-300:]}")
         cases = {
-            "3 tasks, 4 parts": ["srun", "-N", "2", "-n", "3", "--mpi=pmi2",
-                                 *self.train(3, w / "bad1.jsonl")],
+            "3 tasks, 4 parts": [
+                "srun",
+                "-N",
+                "2",
+                "-n",
+                "3",
+                "--mpi=pmi2",
+                *self.train(3, w / "bad1.jsonl"),
+            ],
             "partition on node 1 only (srun)": [
-                "srun", "-N", "2", "--ntasks-per-node", "2", "--mpi=pmi2", "--kill-on-bad-exit=1",
-                *self.train(3, w / "bad2.jsonl", local / "p4")],
-        }  # fmt: skip
+                "srun",
+                "-N",
+                "2",
+                "--ntasks-per-node",
+                "2",
+                "--mpi=pmi2",
+                "--kill-on-bad-exit=1",
+                *self.train(3, w / "bad2.jsonl", local / "p4"),
+            ],
+        }
         for name, cmd in cases.items():
             log = Path(cmd[cmd.index("--log-json") + 1])
             rc, out, secs = self.c.run(cmd)
@@ -406,8 +552,10 @@ class Drills:
         state = self.c.job_state(job)
         out = (w / "job-local" / f"job-{job}.out").read_text()
         said = [ln for ln in out.splitlines() if "error" in ln]
-        print(f"  partition on node 1's local scratch (the template): {state.get('JobState')}, "
-              f"exit {state.get('ExitCode')}:")  # fmt: skip
+        print(
+            f"  partition on node 1's local scratch (the template): {state.get('JobState')}, "
+            f"exit {state.get('ExitCode')}:"
+        )
         for ln in said:
             print(f"      {ln}")
         self.check(any(self.c.node(2) in ln for ln in said), "template names the blind node")
@@ -416,8 +564,10 @@ class Drills:
         os.kill(self.c.pid_of("slurmctld"), 15)
         time.sleep(1)
         rc, out, secs = self.c.run(self.srun("pmi2", self.train(3, w / "bad3.jsonl")), timeout=200)
-        print(f"  controller stopped: exit {rc} after {secs:.1f} s, written: "
-              f"{(w / 'bad3.jsonl').exists()}")  # fmt: skip
+        print(
+            f"  controller stopped: exit {rc} after {secs:.1f} s, written: "
+            f"{(w / 'bad3.jsonl').exists()}"
+        )
         for ln in out.splitlines():
             print(f"      {ln}")
         self.check(rc != 0 and not (w / "bad3.jsonl").exists(), "unreachable controller")

@@ -82,8 +82,18 @@ class NetnsCluster:
         tries = [self.subnet] if self.subnet else _free_subnets()
         err = ""
         for subnet in tries:
-            r = self._script("up", str(self.nodes), "--rate", self.rate, "--delay", self.delay,
-                             "--prefix", self.prefix, "--subnet", subnet)  # fmt: skip
+            r = self._script(
+                "up",
+                str(self.nodes),
+                "--rate",
+                self.rate,
+                "--delay",
+                self.delay,
+                "--prefix",
+                self.prefix,
+                "--subnet",
+                subnet,
+            )
             if r.returncode == 0:
                 self.subnet = subnet
                 return self
@@ -161,36 +171,77 @@ class NetnsCluster:
         """Processes running in the given nodes (default all)."""
         out = []
         for i in range(self.nodes) if nodes is None else nodes:
-            r = subprocess.run(["ip", "netns", "pids", self.node(i)], capture_output=True,
-                               text=True)  # fmt: skip
+            r = subprocess.run(
+                ["ip", "netns", "pids", self.node(i)], capture_output=True, text=True
+            )
             out += [int(p) for p in r.stdout.split()]
         return out
 
     # -- launch commands ----------------------------------------------------------------------
     def mpirun(self, ranks: int, per_node: int, argv: list[str]) -> list[str]:
         """``mpirun`` (MPICH hydra) of ``ranks`` ranks, ``per_node`` to a node, running ``argv``."""
-        return [str(BIN / "mpirun"), "-launcher", "ssh", "-launcher-exec", str(EXEC_SH),
-                "-f", str(self.hostfile), "-localhost", self.head, "-ppn", str(per_node),
-                "-n", str(ranks), *argv]  # fmt: skip
+        return [
+            str(BIN / "mpirun"),
+            "-launcher",
+            "ssh",
+            "-launcher-exec",
+            str(EXEC_SH),
+            "-f",
+            str(self.hostfile),
+            "-localhost",
+            self.head,
+            "-ppn",
+            str(per_node),
+            "-n",
+            str(ranks),
+            *argv,
+        ]
 
     def torchrun(self, per_node: int, argv: list[str], port: int) -> list[list[str]]:
         """One ``torchrun`` per node (run them all at once); ``argv`` without ``python``."""
         return [
-            ["ip", "netns", "exec", self.node(i), str(BIN / "torchrun"), "--nnodes",
-             str(self.nodes), "--nproc-per-node", str(per_node), "--node-rank", str(i),
-             "--master-addr", self.node(0), "--master-port", str(port), "--no-python", *argv]
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.node(i),
+                str(BIN / "torchrun"),
+                "--nnodes",
+                str(self.nodes),
+                "--nproc-per-node",
+                str(per_node),
+                "--node-rank",
+                str(i),
+                "--master-addr",
+                self.node(0),
+                "--master-port",
+                str(port),
+                "--no-python",
+                *argv,
+            ]
             for i in range(self.nodes)
-        ]  # fmt: skip
+        ]
 
     def torchrun_env(self, per_node: int, argv: list[str], port: int) -> list[list[str]]:
         """One command per rank (rank order), each with torchrun's variables, in its node."""
         size = self.nodes * per_node
         return [
-            ["ip", "netns", "exec", self.node(r // per_node), "env", f"RANK={r}",
-             f"WORLD_SIZE={size}", f"LOCAL_RANK={r % per_node}", f"LOCAL_WORLD_SIZE={per_node}",
-             f"MASTER_ADDR={self.node(0)}", f"MASTER_PORT={port}", *argv]
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.node(r // per_node),
+                "env",
+                f"RANK={r}",
+                f"WORLD_SIZE={size}",
+                f"LOCAL_RANK={r % per_node}",
+                f"LOCAL_WORLD_SIZE={per_node}",
+                f"MASTER_ADDR={self.node(0)}",
+                f"MASTER_PORT={port}",
+                *argv,
+            ]
             for r in range(size)
-        ]  # fmt: skip
+        ]
 
 
 def run_all(
@@ -198,10 +249,16 @@ def run_all(
 ) -> list[subprocess.CompletedProcess]:
     """Start ``cmds`` together, wait for all (killing every one after ``timeout`` seconds)."""
     procs = [
-        subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, **(env or {})}, start_new_session=True)
+        subprocess.Popen(
+            c,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
         for c in cmds
-    ]  # fmt: skip
+    ]
     deadline = time.monotonic() + timeout
     out = []
     for p, c in zip(procs, cmds, strict=True):

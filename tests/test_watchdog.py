@@ -81,8 +81,7 @@ def test_a_phase_past_its_deadline_ends_the_rank_naming_a_stopped_peer() -> None
     )
     try:
         peer.send_signal(signal.SIGSTOP)
-        proc = _start(["MPI initialisation", "1"],
-                      {**job, "PMI_RANK": "0", "MPI_LOCALRANKID": "0"})  # fmt: skip
+        proc = _start(["MPI initialisation", "1"], {**job, "PMI_RANK": "0", "MPI_LOCALRANKID": "0"})
         err = _finish(proc)
         wait_until(lambda: peer.poll() is not None, 30, "the stopped rank to be killed")
     finally:
@@ -127,9 +126,14 @@ def test_a_rank_ends_when_its_launcher_dies_and_only_then(launcher: str) -> None
     if launcher == "torchrun":
         env.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", LOCAL_WORLD_SIZE="1")
     proc = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, RANK, "sleeping", ""], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-    )  # fmt: skip
+        [sys.executable, "-c", LAUNCHER, RANK, "sleeping", ""],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.stdout is not None
     rank = int(proc.stdout.readline())
     assert proc.stdout.readline() == "ready\n"

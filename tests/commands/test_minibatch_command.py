@@ -76,8 +76,13 @@ def trained(root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
         code = cli_main(argv)
     assert code == 0, stderr.getvalue()
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    return {"out": stdout.getvalue(), "err": stderr.getvalue(), "log": log,
-            "model": out / "run.model.pt", "records": records}  # fmt: skip
+    return {
+        "out": stdout.getvalue(),
+        "err": stderr.getvalue(),
+        "log": log,
+        "model": out / "run.model.pt",
+        "records": records,
+    }
 
 
 def test_start_and_memory_plan_lines_come_before_the_first_epoch(trained: dict) -> None:

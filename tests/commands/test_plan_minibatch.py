@@ -52,16 +52,40 @@ def _plan(capsys, *args: str) -> tuple[int, str, str]:
 def test_plan_minibatch_gives_every_rank_the_runs_own_estimate(capsys, root: Path) -> None:
     before = tree(root)
     run = ["--fanouts", "5,5", "--hidden", "64", "--batch-size", "128"]
-    code, out, err = _plan(capsys, "minibatch", "--dataset", NAME, "--root", str(root),
-                           "--ranks", "3", "--ranks-per-node", "2", "--floor-mb", "100",
-                           *run, "--epochs", "7", "--lr", "0.01")  # fmt: skip
+    code, out, err = _plan(
+        capsys,
+        "minibatch",
+        "--dataset",
+        NAME,
+        "--root",
+        str(root),
+        "--ranks",
+        "3",
+        "--ranks-per-node",
+        "2",
+        "--floor-mb",
+        "100",
+        *run,
+        "--epochs",
+        "7",
+        "--lr",
+        "0.01",
+    )
     assert code == 0 and err == "", err
     assert out.startswith(f"fullgraph plan minibatch: {NAME}, 3 rank(s)")
     assert "model sage L=2 H=64, fanouts 5,5, batch size 128" in out
     graph = load(NAME, root)
     cfg = MinibatchConfig(fanouts=[5, 5], hidden=64, batch_size=128)
-    want = predict_minibatch(graph.num_nodes, graph.num_edges, graph.num_features,
-                             graph.num_classes, cfg, 3, 2, 100 * MIB)  # fmt: skip
+    want = predict_minibatch(
+        graph.num_nodes,
+        graph.num_edges,
+        graph.num_features,
+        graph.num_classes,
+        cfg,
+        3,
+        2,
+        100 * MIB,
+    )
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+\s", line)]
     assert [r[0] for r in rows] == ["0", "1", "2"]
     assert [r[2] for r in rows] == ["yes", "shared", "yes"]  # the graph once per node
@@ -98,8 +122,9 @@ def test_plan_minibatch_of_a_missing_dataset_is_one_line(capsys, tmp_path: Path)
 def test_plan_dataset_plans_the_one_process_run(capsys, root: Path) -> None:
     before = tree(root)
     model = ["--model", "sage", "--layers", "2", "--hidden", "32"]
-    code, out, err = _plan(capsys, "--dataset", NAME, "--root", str(root), *model,
-                           "--floor-mb", "50")  # fmt: skip
+    code, out, err = _plan(
+        capsys, "--dataset", NAME, "--root", str(root), *model, "--floor-mb", "50"
+    )
     assert code == 0 and err == "", err
     assert f"1 part(s) (the whole graph in one process, --dataset {NAME} --root {root})" in out
     cfg = TrainConfig(model="sage", layers=2, hidden=32)

@@ -374,8 +374,9 @@ def test_a_rank_stopped_during_start_up_is_named(then: str, small_partitions) ->
     timeout = 10
     cmd = mpi_command(2, ["-m", "fullgraph.cli", *_train_job(small_partitions[2])])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([*cmd, "--timeout", str(timeout)], stderr=subprocess.PIPE,
-                            text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [*cmd, "--timeout", str(timeout)], stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         ranks = rank_pids(proc.pid, 2)
         os.kill(ranks[1], signal.SIGSTOP)
@@ -413,8 +414,17 @@ def test_ranks_end_when_their_launcher_is_killed(launcher: str, small_partitions
     log, timeout = tmp_path / "run.jsonl", 10
     args = _train_job(small_partitions[2], "--timeout", str(timeout), "--log-json", str(log))
     if launcher == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", "2", "-m", "fullgraph.cli", *args]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "fullgraph.cli",
+            *args,
+        ]
     else:
         cmd = mpi_command(2, ["-m", "fullgraph.cli", *args])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

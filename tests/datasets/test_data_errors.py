@@ -424,8 +424,10 @@ def test_shared_musae_datasets_load_under_their_short_names() -> None:
     """The shared copies (``facebook_page_page/``, ``github_musae/``), read where they are."""
     from conftest import SHARED_DATASETS
 
-    for name, directory, n in (("facebook", "facebook_page_page", 22470),
-                               ("github", "github_musae", 37700)):  # fmt: skip
+    for name, directory, n in (
+        ("facebook", "facebook_page_page", 22470),
+        ("github", "github_musae", 37700),
+    ):
         if not (SHARED_DATASETS / directory / "raw").is_dir():
             pytest.skip(f"{SHARED_DATASETS / directory} absent")
         assert load(name, SHARED_DATASETS).num_nodes == n

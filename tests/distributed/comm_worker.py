@@ -127,10 +127,15 @@ def _train(part: Any, comm: Any, epochs: int, **kw: Any) -> tuple[Any, list[floa
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
     cfg = TrainConfig(
-        model="gcn", layers=3, hidden=10, dropout=0.5, input_dropout=0.5, epochs=max(epochs, 1),
+        model="gcn",
+        layers=3,
+        hidden=10,
+        dropout=0.5,
+        input_dropout=0.5,
+        epochs=max(epochs, 1),
         seed=7,
         **kw,
-    )  # fmt: skip
+    )
     tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
     return tr, [tr.train_step(e).loss for e in range(1, epochs + 1)]
 

@@ -64,8 +64,13 @@ def test_detect_launch(env: dict, expected: tuple) -> None:
 
 
 def test_slurm_uneven_nodes_get_their_own_task_count() -> None:
-    env = {"SLURM_PROCID": "6", "SLURM_NTASKS": "7", "SLURM_LOCALID": "0", "SLURM_NODEID": "3",
-           "SLURM_STEP_TASKS_PER_NODE": "2(x3),1"}  # fmt: skip
+    env = {
+        "SLURM_PROCID": "6",
+        "SLURM_NTASKS": "7",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "3",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x3),1",
+    }
     assert detect_launch(env).local_size == 1
     assert detect_launch({**env, "SLURM_PROCID": "2", "SLURM_NODEID": "1"}).local_size == 2
 
@@ -132,8 +137,14 @@ def test_batch_script_and_hydra_inside_an_allocation_are_not_srun_tasks() -> Non
     batch = {k: v for k, v in SRUN.items() if not k.startswith("SLURM_STEP")}
     assert detect_launch({**batch, "SLURM_PROCID": "0"}).launcher == "none"
     # mpirun inside the allocation: hydra's proxies were started by srun (one per node).
-    hydra = {**SRUN, "SLURM_PROCID": "1", "PMI_RANK": "3", "PMI_SIZE": "4",
-             "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}  # fmt: skip
+    hydra = {
+        **SRUN,
+        "SLURM_PROCID": "1",
+        "PMI_RANK": "3",
+        "PMI_SIZE": "4",
+        "MPI_LOCALRANKID": "1",
+        "MPI_LOCALNRANKS": "2",
+    }
     assert detect_launch(hydra).launcher == "mpich" and detect_launch(hydra).rank == 3
 
 

@@ -74,8 +74,9 @@ def one_process_loss(small_partitions: dict, tmp_path_factory: pytest.TempPathFa
 @pytest.mark.timeout(120)
 def test_mpirun_across_two_nodes(cluster, small_partitions, one_process_loss, tmp_path) -> None:
     log = tmp_path / "mpi.jsonl"
-    argv = fullgraph(*ARGS, "--parts", str(small_partitions[2]), "--transport", "mpi",
-                     "--log-json", str(log))  # fmt: skip
+    argv = fullgraph(
+        *ARGS, "--parts", str(small_partitions[2]), "--transport", "mpi", "--log-json", str(log)
+    )
     (r,) = run_all([cluster.mpirun(2, 1, argv)], timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     assert epoch_loss(log) == pytest.approx(one_process_loss, rel=1e-5, abs=1e-6)
@@ -88,10 +89,12 @@ def test_torchrun_variables_across_two_nodes(
     cluster, small_partitions, one_process_loss, tmp_path
 ) -> None:
     log = tmp_path / "gloo.jsonl"
-    argv = fullgraph(*ARGS, "--parts", str(small_partitions[2]), "--transport", "gloo",
-                     "--log-json", str(log))  # fmt: skip
-    results = run_all(cluster.torchrun_env(1, argv, port=29400), timeout=90,
-                      env={"GLOO_SOCKET_IFNAME": ""})  # fmt: skip
+    argv = fullgraph(
+        *ARGS, "--parts", str(small_partitions[2]), "--transport", "gloo", "--log-json", str(log)
+    )
+    results = run_all(
+        cluster.torchrun_env(1, argv, port=29400), timeout=90, env={"GLOO_SOCKET_IFNAME": ""}
+    )
     for rank, r in enumerate(results):
         assert r.returncode == 0, f"rank {rank}: {r.stdout}{r.stderr}"
     assert epoch_loss(log) == pytest.approx(one_process_loss, rel=1e-5, abs=1e-6)
@@ -99,8 +102,9 @@ def test_torchrun_variables_across_two_nodes(
 
 
 def script(name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPTS / name), *args], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    return subprocess.run(
+        ["bash", str(SCRIPTS / name), *args], capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.parametrize(
@@ -131,8 +135,17 @@ def test_launch_script_rejects_unknown_hosts(tmp_path) -> None:
 
 @needs_namespaces
 def test_cluster_is_idempotent_and_launch_checks_the_rank_count(cluster) -> None:
-    again = script("netns-cluster.sh", "up", "2", "--rate", "1gbit", "--prefix", cluster.prefix,
-                   "--subnet", str(cluster.subnet))  # fmt: skip
+    again = script(
+        "netns-cluster.sh",
+        "up",
+        "2",
+        "--rate",
+        "1gbit",
+        "--prefix",
+        cluster.prefix,
+        "--subnet",
+        str(cluster.subnet),
+    )
     assert again.returncode == 0, again.stderr
     status = script("netns-cluster.sh", "status", "--prefix", cluster.prefix).stdout
     assert f"{cluster.node(0)} {cluster.subnet}.1/24 link up" in status
@@ -144,8 +157,10 @@ def test_cluster_is_idempotent_and_launch_checks_the_rank_count(cluster) -> None
 def test_down_removes_everything_up_made() -> None:
     c = NetnsCluster(nodes=1, rate="1gbit").up()
     c.down()
-    assert c.prefix not in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                          text=True).stdout  # fmt: skip
+    assert (
+        c.prefix
+        not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    )
     assert c.prefix not in subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
     assert c.prefix not in Path("/etc/hosts").read_text()
     assert not (STATE_ROOT / c.prefix).exists()

@@ -138,11 +138,28 @@ def free_port() -> int:
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_peer_that_never_comes_ends_the_rank_within_the_timeout(small_partitions, rank) -> None:
     """torchrun's variables, world size 2, only one rank started: one line, exit 4, bounded."""
-    env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
-           "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
-    cmd = [sys.executable, "-m", "fullgraph.cli", "train", "--parts", str(small_partitions[2]),
-           "--transport", "gloo", "--timeout", "3"]  # fmt: skip
+    env = {
+        **os.environ,
+        "RANK": str(rank),
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "fullgraph.cli",
+        "train",
+        "--parts",
+        str(small_partitions[2]),
+        "--transport",
+        "gloo",
+        "--timeout",
+        "3",
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=90)
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 4, r.stderr

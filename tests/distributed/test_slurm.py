@@ -41,8 +41,13 @@ def fullgraph(*args: str) -> list[str]:
 
 
 def script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SLURM_SH), *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        ["bash", str(SLURM_SH), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def losses(log: Path) -> list[float]:
@@ -94,15 +99,28 @@ class Slurm:
 
     def __init__(self) -> None:
         self.prefix, self.port = unique_prefix(), free_port_pair()
-        self.env = {**os.environ, "SLURM_CONF": str(STATE / self.prefix / "slurm.conf"),
-                    "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "SLURM_CONF": str(STATE / self.prefix / "slurm.conf"),
+            "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        }
         self.up_args: list[str] = []
 
     def up(self) -> Slurm:
         err = ""
         for subnet in subnets():
-            self.up_args = ["up", "2", "--prefix", self.prefix, "--subnet", subnet, "--port",
-                            str(self.port), "--rate", "1gbit"]  # fmt: skip
+            self.up_args = [
+                "up",
+                "2",
+                "--prefix",
+                self.prefix,
+                "--subnet",
+                subnet,
+                "--port",
+                str(self.port),
+                "--rate",
+                "1gbit",
+            ]
             r = script(*self.up_args)
             if r.returncode == 0:
                 return self
@@ -115,8 +133,9 @@ class Slurm:
         script("down", "--prefix", self.prefix)
 
     def run(self, cmd: list[str], timeout: float = 150) -> subprocess.CompletedProcess:
-        return subprocess.run(cmd, capture_output=True, text=True, env=self.env, cwd=REPO,
-                              timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            cmd, capture_output=True, text=True, env=self.env, cwd=REPO, timeout=timeout
+        )
 
 
 def cannot_run_slurm() -> str | None:
@@ -146,13 +165,41 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("slurm-tiny")
     for args in (
         ["data", "synth", "--preset", "tiny", "--name", "tiny", "--root", str(root / "data")],
-        ["partition", "--dataset", "tiny", "--root", str(root / "data"), "--parts", "1", "--out",
-         str(root / "p1")],
-        ["partition", "--dataset", "tiny", "--root", str(root / "data"), "--parts", "4", "--out",
-         str(root / "p4")],
-        ["train", "--parts", str(root / "p1"), "--epochs", str(EPOCHS), "--threads", "1",
-         "--quiet", "--log-json", str(root / "one.jsonl")],
-    ):  # fmt: skip
+        [
+            "partition",
+            "--dataset",
+            "tiny",
+            "--root",
+            str(root / "data"),
+            "--parts",
+            "1",
+            "--out",
+            str(root / "p1"),
+        ],
+        [
+            "partition",
+            "--dataset",
+            "tiny",
+            "--root",
+            str(root / "data"),
+            "--parts",
+            "4",
+            "--out",
+            str(root / "p4"),
+        ],
+        [
+            "train",
+            "--parts",
+            str(root / "p1"),
+            "--epochs",
+            str(EPOCHS),
+            "--threads",
+            "1",
+            "--quiet",
+            "--log-json",
+            str(root / "one.jsonl"),
+        ],
+    ):
         r = subprocess.run(fullgraph(*args), capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
     return {"root": root, "p4": root / "p4", "one": root / "one.jsonl"}
@@ -165,15 +212,38 @@ def check_run(log: Path, one: Path, pmi: str, transport: str) -> None:
     assert final["ranks"] == 4 and final["transport"] == transport
     launch = json.loads(log.with_name(log.stem + ".config.json").read_text())["launch"]
     assert (launch["launcher"], launch["pmi"], launch["size"], launch["local_size"]) == (
-        "slurm", pmi, 4, 2)  # fmt: skip
+        "slurm",
+        pmi,
+        4,
+        2,
+    )
 
 
 @pytest.mark.timeout(240)
 def test_srun_pmi2_ranks_match_one_process(slurm: Slurm, tiny: dict, tmp_path: Path) -> None:
     log = tmp_path / "srun.jsonl"
-    r = slurm.run(["srun", "-N", "2", "--ntasks-per-node", "2", "--mpi=pmi2",
-                   *fullgraph("train", "--parts", str(tiny["p4"]), "--epochs", str(EPOCHS),
-                              "--quiet", "--timeout", "60", "--log-json", str(log))])  # fmt: skip
+    r = slurm.run(
+        [
+            "srun",
+            "-N",
+            "2",
+            "--ntasks-per-node",
+            "2",
+            "--mpi=pmi2",
+            *fullgraph(
+                "train",
+                "--parts",
+                str(tiny["p4"]),
+                "--epochs",
+                str(EPOCHS),
+                "--quiet",
+                "--timeout",
+                "60",
+                "--log-json",
+                str(log),
+            ),
+        ]
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     check_run(log, tiny["one"], "pmi2", "mpi")
 
@@ -182,12 +252,23 @@ def test_srun_pmi2_ranks_match_one_process(slurm: Slurm, tiny: dict, tmp_path: P
 def test_sbatch_template_over_gloo_matches_one_process(
     slurm: Slurm, tiny: dict, tmp_path: Path
 ) -> None:
-    env = {"FG_DATASET": "tiny", "FG_ROOT": str(tiny["root"] / "data"), "FG_WORK": str(tmp_path),
-           "FG_EPOCHS": str(EPOCHS), "FG_TIMEOUT": "60", "FG_MPI": "none",
-           "FULLGRAPH": str(BIN / "fullgraph")}  # fmt: skip
-    r = subprocess.run(["sbatch", "--wait", f"--output={tmp_path}/job.out", str(TEMPLATE)],
-                       capture_output=True, text=True, env={**slurm.env, **env}, timeout=200,
-                       cwd=tmp_path)  # fmt: skip
+    env = {
+        "FG_DATASET": "tiny",
+        "FG_ROOT": str(tiny["root"] / "data"),
+        "FG_WORK": str(tmp_path),
+        "FG_EPOCHS": str(EPOCHS),
+        "FG_TIMEOUT": "60",
+        "FG_MPI": "none",
+        "FULLGRAPH": str(BIN / "fullgraph"),
+    }
+    r = subprocess.run(
+        ["sbatch", "--wait", f"--output={tmp_path}/job.out", str(TEMPLATE)],
+        capture_output=True,
+        text=True,
+        env={**slurm.env, **env},
+        timeout=200,
+        cwd=tmp_path,
+    )
     out = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert r.returncode == 0, r.stderr + out
     assert "OK " in out and "parts-4: 4 parts" in out  # fullgraph verify ran
@@ -198,9 +279,28 @@ def test_sbatch_template_over_gloo_matches_one_process(
 @pytest.mark.timeout(120)
 def test_srun_task_count_other_than_the_parts(slurm: Slurm, tiny: dict, tmp_path: Path) -> None:
     log = tmp_path / "bad.jsonl"
-    r = slurm.run(["srun", "-N", "2", "-n", "3", "--mpi=pmi2",
-                   *fullgraph("train", "--parts", str(tiny["p4"]), "--epochs", "1", "--quiet",
-                              "--timeout", "30", "--log-json", str(log))])  # fmt: skip
+    r = slurm.run(
+        [
+            "srun",
+            "-N",
+            "2",
+            "-n",
+            "3",
+            "--mpi=pmi2",
+            *fullgraph(
+                "train",
+                "--parts",
+                str(tiny["p4"]),
+                "--epochs",
+                "1",
+                "--quiet",
+                "--timeout",
+                "30",
+                "--log-json",
+                str(log),
+            ),
+        ]
+    )
     assert r.returncode == 2
     ours = [ln for ln in r.stderr.splitlines() if ln.startswith("fullgraph")]
     assert len(ours) == 1 and "has 4 parts but 3 ranks were started" in ours[0], r.stderr
@@ -256,15 +356,28 @@ def test_srun_variables_meet_without_mpi(small_partitions: dict, tmp_path: Path)
     """Two local processes with what srun --mpi=none sets: gloo, the first node's store."""
     one = tmp_path / "one.jsonl"
     args = ["train", "--epochs", "1", "--hidden", "16", "--quiet", "--timeout", "30"]
-    r = subprocess.run(fullgraph(*args, "--parts", str(small_partitions[1]), "--log-json",
-                                 str(one)), capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        fullgraph(*args, "--parts", str(small_partitions[1]), "--log-json", str(one)),
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     log, job = tmp_path / "srun.jsonl", str(1000 + uuid.uuid4().int % 100000)
-    cmds = [["env", f"SLURM_PROCID={rank}", "SLURM_NTASKS=2", f"SLURM_LOCALID={rank}",
-             "SLURM_NODEID=0", "SLURM_STEP_ID=0", "SLURM_STEP_TASKS_PER_NODE=2",
-             "SLURM_STEP_NODELIST=localhost", f"SLURM_JOB_ID={job}",
-             *fullgraph(*args, "--parts", str(small_partitions[2]), "--log-json", str(log))]
-            for rank in range(2)]  # fmt: skip
+    cmds = [
+        [
+            "env",
+            f"SLURM_PROCID={rank}",
+            "SLURM_NTASKS=2",
+            f"SLURM_LOCALID={rank}",
+            "SLURM_NODEID=0",
+            "SLURM_STEP_ID=0",
+            "SLURM_STEP_TASKS_PER_NODE=2",
+            "SLURM_STEP_NODELIST=localhost",
+            f"SLURM_JOB_ID={job}",
+            *fullgraph(*args, "--parts", str(small_partitions[2]), "--log-json", str(log)),
+        ]
+        for rank in range(2)
+    ]
     for rank, res in enumerate(run_all(cmds, timeout=90)):
         assert res.returncode == 0, f"rank {rank}: {res.stderr}"
     assert losses(log) == pytest.approx(losses(one), rel=1e-5, abs=1e-6)

@@ -60,9 +60,13 @@ def test_row_ranges_split_the_rows_per_thread() -> None:
 
 @pytest.mark.parametrize(
     ("dtype", "kernel", "want"),
-    [(torch.float32, "cpu", "numba"), (torch.float64, "cpu", "numba"),
-     (torch.bfloat16, "cpu", "torch"), (torch.float32, "torch", "torch")],
-)  # fmt: skip
+    [
+        (torch.float32, "cpu", "numba"),
+        (torch.float64, "cpu", "numba"),
+        (torch.bfloat16, "cpu", "torch"),
+        (torch.float32, "torch", "torch"),
+    ],
+)
 def test_numba_or_torch(monkeypatch, dtype, kernel, want) -> None:
     monkeypatch.setenv("FULLGRAPH_KERNEL", kernel)
     assert numba_or_torch(torch.device("cpu"), dtype, "segment_max") == want

@@ -47,9 +47,11 @@ def _graph(rng: np.random.Generator, rows: int, cols: int) -> CSRMatrix:
     counts[2] = 4
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return CSRMatrix(
-        torch.from_numpy(indptr), torch.from_numpy(np.concatenate(indices).astype(np.int64)),
-        None, cols,
-    )  # fmt: skip
+        torch.from_numpy(indptr),
+        torch.from_numpy(np.concatenate(indices).astype(np.int64)),
+        None,
+        cols,
+    )
 
 
 CASES = [  # (rows, cols, width, values drawn from integers below: ties)

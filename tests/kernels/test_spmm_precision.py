@@ -66,9 +66,11 @@ def test_spmm_exact_ignores_entry_order_and_splits(backend, width) -> None:
     none = torch.full((n_rows,), -1, dtype=torch.int64)
     empty = torch.empty((0, width), dtype=torch.float64)
     whole = CSRMatrix(
-        indptr, torch.from_numpy(indices.reshape(-1).astype(np.int32)),
-        torch.from_numpy(values.reshape(-1)), num_cols=n_cols,
-    )  # fmt: skip
+        indptr,
+        torch.from_numpy(indices.reshape(-1).astype(np.int32)),
+        torch.from_numpy(values.reshape(-1)),
+        num_cols=n_cols,
+    )
     want = spmm_exact(whole, X, none, empty)
     assert want.dtype == torch.float32
     torch.testing.assert_close(want.double(), _reference(whole, X), atol=1e-6, rtol=1e-6)

@@ -238,12 +238,25 @@ def test_tiny_graph_prediction_brackets_its_measured_peak(
         pytest.skip("this CPU has no bfloat16")
     parts = str(small_partitions[1])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    model = ["--model", "gcn", "--layers", "2", "--hidden", "64", "--precision", precision,
-             "--threads", "1"]  # fmt: skip
+    model = [
+        "--model",
+        "gcn",
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "--precision",
+        precision,
+        "--threads",
+        "1",
+    ]
     plan = subprocess.run(
         [sys.executable, "-m", "fullgraph.cli", "plan", "--parts", parts, *model[:-2]],
-        capture_output=True, text=True, env=env, timeout=100,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=100,
+    )
     assert plan.returncode == 0, plan.stderr
     row = next(ln for ln in plan.stdout.splitlines() if ln.strip().startswith("0 "))
     predicted = float(row.split()[4 + len(TERMS)])
@@ -252,10 +265,26 @@ def test_tiny_graph_prediction_brackets_its_measured_peak(
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
     )
     train = subprocess.run(
-        [sys.executable, "-c", code, sys.executable, "-m", "fullgraph.cli", "train",
-         "--parts", parts, *model, "--epochs", "3", "--quiet"],
-        capture_output=True, text=True, env=env, timeout=100,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            code,
+            sys.executable,
+            "-m",
+            "fullgraph.cli",
+            "train",
+            "--parts",
+            parts,
+            *model,
+            "--epochs",
+            "3",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=100,
+    )
     assert train.returncode == 0, train.stderr
     measured = int(train.stdout.split()[-1]) / 1024
     assert 0.7 * predicted <= measured <= 1.3 * predicted, (predicted, measured)

@@ -156,10 +156,12 @@ def test_max_stacks_read_the_edges_and_nothing_else() -> None:
     [
         ({"model": "gcn", "aggr": "max"}, "--aggr applies to --model sage and graphconv only"),
         ({"model": "sage", "aggr": "min"}, "--aggr must be one of mean, sum, max"),
-        ({"model": "sage", "aggr": "max", "precompute_first": "on", "input_dropout": 0.0},
-         "cannot precompute"),
+        (
+            {"model": "sage", "aggr": "max", "precompute_first": "on", "input_dropout": 0.0},
+            "cannot precompute",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_options_are_refused(fields: dict, message: str, small_graph) -> None:
     with pytest.raises(ConfigError, match=message):
         cfg = TrainConfig(**fields)

@@ -154,9 +154,16 @@ def test_evaluation_is_one_pass_into_the_kept_buffer() -> None:
     norm.eval()
     with torch.no_grad():
         got = batch_norm_relu_dropout(
-            norm, x, Communicator(), global_ids=gids, p=0.5, seed=7, epoch=3, layer=1,
+            norm,
+            x,
+            Communicator(),
+            global_ids=gids,
+            p=0.5,
+            seed=7,
+            epoch=3,
+            layer=1,
             training=False,
-        )  # fmt: skip
+        )
         want = torch.relu(norm.double()(x.double(), None)).float()
     assert got.data_ptr() == kept  # no new activation-sized buffer
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

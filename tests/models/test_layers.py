@@ -47,7 +47,7 @@ def test_every_kind_declares_its_options_export_and_replay(kind: str) -> None:
         ("graphconv", "attention_dropout", 0.1, "--attention-dropout applies to --model gat only"),
         ("gcn", "aggr", "max", "--aggr applies to --model sage and graphconv only, not --model g"),
     ],
-)  # fmt: skip
+)
 def test_an_option_of_another_kind_is_refused_in_one_line(model, option, value, line) -> None:
     with pytest.raises(ConfigError, match=f"^{line}"):
         TrainConfig(model=model, **{option: value}).check()

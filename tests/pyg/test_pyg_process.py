@@ -177,9 +177,13 @@ def _probe(first: str, threads: int, env: dict[str, str] | None = None) -> tuple
     base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
     base["PYTHONPATH"] = str(TESTS)
     proc = subprocess.run(
-        [sys.executable, "-c", script], env={**base, **(env or {})}, capture_output=True,
-        text=True, timeout=120, check=True,
-    )  # fmt: skip
+        [sys.executable, "-c", script],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     policy, cpu = proc.stdout.split()[-2:]
     return policy, float(cpu), proc.stderr
 

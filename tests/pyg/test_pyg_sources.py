@@ -143,9 +143,13 @@ def test_weighted_adj_t_is_refused_where_the_layer_cannot_weigh() -> None:
 @pytest.mark.parametrize("weighted", [0, 1], ids=["unweighted", "weighted"])
 def test_adj_t_two_ranks_equal_one_process(adj_references, weighted, tmp_path) -> None:
     got = run_task(
-        pyg_worker.adj_t, ranks=2, out=tmp_path / "out.npz", timeout=300, source="graph",
+        pyg_worker.adj_t,
+        ranks=2,
+        out=tmp_path / "out.npz",
+        timeout=300,
+        source="graph",
         weighted=weighted,
-    )  # fmt: skip
+    )
     refs = adj_references[bool(weighted)]
     pyg_worker.compare(got, refs["original"], "exact", "adj_t", "P=2")
     pyg_worker.compare(got, refs["converted"], "dropout", "adj_t", "P=2")
@@ -157,9 +161,13 @@ def test_partition_once_equals_the_in_process_partition(adj_references, tmp_path
     the directory with ``adj_t``, the models equal the one-process references."""
     out = pyg.partition(pyg_worker.adj_t_graph(True), parts=2, out=tmp_path / "parts")
     in_process = run_task(
-        pyg_worker.part_arrays, ranks=2, out=tmp_path / "a.npz", timeout=300, source="graph",
+        pyg_worker.part_arrays,
+        ranks=2,
+        out=tmp_path / "a.npz",
+        timeout=300,
+        source="graph",
         adj=1,
-    )  # fmt: skip
+    )
     from_dir = run_task(
         pyg_worker.part_arrays, ranks=2, out=tmp_path / "b.npz", timeout=300, source=str(out)
     )

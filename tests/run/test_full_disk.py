@@ -140,8 +140,9 @@ def _tmpfs(path: Path) -> bool:
     if os.geteuid() != 0 or shutil.which("mount") is None:
         return False
     path.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)],
-                          capture_output=True)  # fmt: skip
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)], capture_output=True
+    )
     return made.returncode == 0
 
 
@@ -191,10 +192,24 @@ def test_a_wrong_rendezvous_address_is_one_line(small_partitions, tmp_path: Path
     env.pop("TORCH_CPP_LOG_LEVEL", None)
     try:
         run = subprocess.run(
-            [sys.executable, "-m", "fullgraph.cli", *TRAIN, "--parts", str(small_partitions[2]),
-             "--epochs", "1", "--timeout", "5"],
-            capture_output=True, text=True, env=env, timeout=100, cwd=tmp_path,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "fullgraph.cli",
+                *TRAIN,
+                "--parts",
+                str(small_partitions[2]),
+                "--epochs",
+                "1",
+                "--timeout",
+                "5",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=100,
+            cwd=tmp_path,
+        )
     finally:
         server.close()
         for conn in held:

@@ -44,18 +44,39 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 #: case -> (the command line, given (inputs, tmp); what the one line says)
 OVERLAPS: dict[str, tuple[Callable[[Path, Path], list[str]], str]] = {
     "log = checkpoint's config.json": (
-        lambda i, t: [*TRAIN, "--synthetic", "tiny", "--checkpoint", f"{t}/ck",
-                      "--log-json", f"{t}/ck/config.json"],
+        lambda i, t: [
+            *TRAIN,
+            "--synthetic",
+            "tiny",
+            "--checkpoint",
+            f"{t}/ck",
+            "--log-json",
+            f"{t}/ck/config.json",
+        ],
         "is inside --checkpoint",
     ),
     "log = checkpoint.pt": (
-        lambda i, t: [*TRAIN, "--synthetic", "tiny", "--checkpoint", f"{t}/ck",
-                      "--log-json", f"{t}/ck/checkpoint.pt"],
+        lambda i, t: [
+            *TRAIN,
+            "--synthetic",
+            "tiny",
+            "--checkpoint",
+            f"{t}/ck",
+            "--log-json",
+            f"{t}/ck/checkpoint.pt",
+        ],
         "is inside --checkpoint",
     ),
     "log = checkpoint directory": (
-        lambda i, t: [*TRAIN, "--synthetic", "tiny", "--checkpoint", f"{t}/ck",
-                      "--log-json", f"{t}/ck"],
+        lambda i, t: [
+            *TRAIN,
+            "--synthetic",
+            "tiny",
+            "--checkpoint",
+            f"{t}/ck",
+            "--log-json",
+            f"{t}/ck",
+        ],
         "are one path",
     ),
     "log inside the partition": (
@@ -71,26 +92,55 @@ OVERLAPS: dict[str, tuple[Callable[[Path, Path], list[str]], str]] = {
         "is inside the partition this command reads",
     ),
     "log inside the dataset": (
-        lambda i, t: [*TRAIN, "--dataset", "tiny", "--root", f"{i}/data",
-                      "--log-json", f"{i}/data/tiny/run.jsonl"],
+        lambda i, t: [
+            *TRAIN,
+            "--dataset",
+            "tiny",
+            "--root",
+            f"{i}/data",
+            "--log-json",
+            f"{i}/data/tiny/run.jsonl",
+        ],
         "is inside the dataset directory this command reads",
     ),
     "checkpoint = the dataset root": (
-        lambda i, t: [*TRAIN, "--dataset", "tiny", "--root", f"{i}/data",
-                      "--checkpoint", f"{i}/data"],
+        lambda i, t: [
+            *TRAIN,
+            "--dataset",
+            "tiny",
+            "--root",
+            f"{i}/data",
+            "--checkpoint",
+            f"{i}/data",
+        ],
         "is the dataset root this command reads",
     ),
     "minibatch log inside the dataset": (
-        lambda i, t: [*MINIBATCH, "--dataset", "tiny", "--root", f"{i}/data",
-                      "--log-json", f"{i}/data/tiny/raw/run.jsonl"],
+        lambda i, t: [
+            *MINIBATCH,
+            "--dataset",
+            "tiny",
+            "--root",
+            f"{i}/data",
+            "--log-json",
+            f"{i}/data/tiny/raw/run.jsonl",
+        ],
         "is inside the dataset directory this command reads",
     ),
     "minibatch log = the dataset": (
-        lambda i, t: [*MINIBATCH, "--dataset", "tiny", "--root", f"{i}/data",
-                      "--log-json", f"{i}/data/tiny", "--force"],
+        lambda i, t: [
+            *MINIBATCH,
+            "--dataset",
+            "tiny",
+            "--root",
+            f"{i}/data",
+            "--log-json",
+            f"{i}/data/tiny",
+            "--force",
+        ],
         "is the dataset directory this command reads",
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", OVERLAPS)

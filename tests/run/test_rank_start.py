@@ -153,8 +153,18 @@ def test_a_set_up_error_is_the_command_lines_line(small_partitions) -> None:
     """``--transport local`` with 2 ranks: ``fullgraph train`` and a script both print one line,
     the same but for the label, and exit 2 (a script 1); neither a traceback."""
     env = _as_rank(0, 2)
-    cmd = [sys.executable, "-m", "fullgraph.cli", "train", "--parts", str(small_partitions[2]),
-           "--transport", "local", "--epochs", "1"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "fullgraph.cli",
+        "train",
+        "--parts",
+        str(small_partitions[2]),
+        "--transport",
+        "local",
+        "--epochs",
+        "1",
+    ]
     cli = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
     script = [sys.executable, "-c", SCRIPT, "local"]
     pyg = subprocess.run(script, env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -167,9 +177,13 @@ def test_a_set_up_error_is_the_command_lines_line(small_partitions) -> None:
 
 def test_a_scripts_unknown_transport_is_one_line() -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, "carrier-pigeon"], env=_as_rank(0, 1),
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [sys.executable, "-c", SCRIPT, "carrier-pigeon"],
+        env=_as_rank(0, 1),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 1
     assert _errors(proc) == [
         "fullgraph.pyg: error: unknown transport 'carrier-pigeon' (choose from local, mpi, "
