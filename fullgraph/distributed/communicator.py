@@ -13,6 +13,8 @@ Sums are added in one fixed order, whatever the transport: :meth:`Communicator.a
 scatters contiguous chunks with the exact all-to-all, adds the ranks' pieces left to right in
 rank order and gathers the reduced chunks back (:func:`ordered_sum`), so a run at a given size
 is bit-identical over ``mpi``, ``gloo`` and ``nccl``. Maxima use the transport's reduction.
+:meth:`Communicator.tree_sum_` finishes the fixed block tree of
+:mod:`fullgraph.distributed.tree_sum` over every rank's intervals: the same bits at any size.
 
 Every wait of a collective lasts at most ``timeout_s`` seconds. A collective that times out or
 whose connection breaks raises :class:`~fullgraph.errors.PeerUnreachable` naming the ranks that
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from fullgraph.distributed.tree_sum import Label, combine
 from fullgraph.errors import ConfigError, PeerUnreachable
 
 if TYPE_CHECKING:
@@ -99,6 +102,8 @@ class Communicator:
         self.wait_s: dict[str, float] = defaultdict(float)
         self.device = torch.device("cpu")
         self.probe: PeerProbe | None = None
+        #: per tree key: (this rank's intervals, every rank's), exchanged once
+        self._tree_labels: dict[str, tuple[list[Label], list[list[Label]]]] = {}
 
     # -- hooks the transports override -------------------------------------------------------
     def _alltoallv(
@@ -280,6 +285,91 @@ class Communicator:
         self.bytes_sent[tag] += (n - mine + (self.size - 1) * mine) * flat.element_size()
         if flat.device != tensor.device or flat.data_ptr() != tensor.data_ptr():
             tensor.copy_(flat.view(tensor.shape))
+
+    def tree_sum_(
+        self,
+        nodes: torch.Tensor,
+        labels: list[Label],
+        num_blocks: int,
+        key: str = "grad",
+        tag: str = "reduce",
+    ) -> torch.Tensor:
+        """The root of the block tree over every rank's intervals: the same bits for any
+        assignment of whole blocks to ranks (:mod:`fullgraph.distributed.tree_sum`).
+
+        Rank ``r`` owns chunk ``r`` of the vector (:func:`chunk_sizes`): it receives the
+        chunk-``r`` slice of every rank's intervals (one exact all-to-all), pushes them in
+        ascending block order on one :class:`~fullgraph.distributed.tree_sum.DyadicStack` and
+        sends the root's chunk to every rank (a second all-to-all). The ranks' intervals are
+        exchanged once per ``key`` and kept: they do not change between steps. Each rank sends
+        ``k (n - n/P) + (P - 1) n/P`` elements for its ``k`` intervals (``allreduce_``: ``k = 1``).
+
+        Args:
+            nodes: this rank's interval sums, [len(labels), n] (float32 or float64).
+            labels: their tree nodes, ascending (``DyadicStack.labels``).
+            num_blocks: blocks of the whole graph.
+            key: names the layout whose intervals are cached (the same on every rank).
+            tag: the counter the bytes and wait time are booked under.
+
+        Returns:
+            The root, a new tensor [n] of ``nodes``' dtype, the same on every rank.
+
+        Raises:
+            ValueError: ``nodes`` and ``labels`` disagree, the labels of ``key`` changed, or
+                the ranks' intervals do not cover every block once.
+            PeerUnreachable: a peer did not answer within ``timeout_s``.
+        """
+        labels = [(int(a), int(b)) for a, b in labels]
+        if nodes.dim() != 2 or nodes.shape[0] != len(labels):
+            raise ValueError(f"tree_sum_: {len(labels)} labels for nodes of shape {nodes.shape}")
+        n = int(nodes.shape[1])
+        t0 = time.perf_counter()
+        with self._peer_failures("tree reduction"):
+            if self.size == 1:
+                root = combine(num_blocks, [(labels, list(nodes))]).clone()
+            else:
+                root = self._tree_across_ranks(nodes, labels, num_blocks, key, tag, n)
+        self.wait_s[tag] += time.perf_counter() - t0
+        return root
+
+    def _tree_across_ranks(
+        self,
+        nodes: torch.Tensor,
+        labels: list[Label],
+        num_blocks: int,
+        key: str,
+        tag: str,
+        n: int,
+    ) -> torch.Tensor:
+        """:meth:`tree_sum_` over ``size > 1`` ranks."""
+        cached = self._tree_labels.get(key)
+        if cached is None:
+            cached = (labels, [list(map(tuple, ls)) for ls in self._allgather_object(labels)])
+            self._tree_labels[key] = cached
+        elif cached[0] != labels:
+            raise ValueError(f"tree_sum_: the intervals of {key!r} changed between calls")
+        every = cached[1]
+        counts = chunk_sizes(n, self.size)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        mine = counts[self.rank]
+        local = nodes.detach().to(self.device)
+        send = torch.cat(
+            [local[:, offsets[q] : offsets[q + 1]].reshape(-1) for q in range(self.size)]
+        )
+        sizes = [len(ls) for ls in every]
+        recv = _empty_like_rows(send, sum(sizes) * mine)
+        self._alltoallv(send, recv, [len(labels) * c for c in counts], [k * mine for k in sizes])()
+        pieces, at = [], 0
+        for ls in every:
+            pieces.append((ls, [recv[at + j * mine : at + (j + 1) * mine] for j in range(len(ls))]))
+            at += len(ls) * mine
+        chunk = combine(num_blocks, pieces)
+        flat = _empty_like_rows(send, n)
+        self._alltoallv(chunk.repeat(self.size), flat, [mine] * self.size, counts)()
+        self.bytes_sent[tag] += (len(labels) * (n - mine) + (self.size - 1) * mine) * (
+            flat.element_size()
+        )
+        return flat
 
     def broadcast_(self, tensor: torch.Tensor, root: int = 0) -> torch.Tensor:
         """Overwrite ``tensor`` on every rank with rank ``root``'s values."""

@@ -1,0 +1,317 @@
+"""Sums over nodes that are the same bits at any rank count: fixed blocks, one fixed tree.
+
+The node axis is cut into ``num_blocks`` blocks before the rank count is chosen (the partition
+does it: :class:`BlockLayout`), and every part is a union of whole blocks. A sum over nodes (a
+weight or bias gradient, the loss) is then taken in two steps whose order depends on the blocks
+only:
+
+1. each block's partial, with the same kernel and the same rows whatever the rank count
+   (:meth:`BlockLayout.partials`);
+2. the partials added in one binary tree over the block index: the full tree over
+   ``[0, 2^ceil(log2 num_blocks))``, a node the sum ``left + right`` of its children, and a node
+   whose right child covers no block of the graph (indices ``>= num_blocks``) its left child
+   itself, no addition.
+
+A rank pushes its blocks' partials in ascending block order on a :class:`DyadicStack`, which
+adds siblings as soon as both are there: what is left are the rank's maximal aligned dyadic
+intervals of blocks (``(level, index)``: blocks ``[index 2^level, (index + 1) 2^level)``), a few
+per contiguous run of blocks. The cross-rank step
+(:meth:`~fullgraph.distributed.communicator.Communicator.tree_sum_`) pushes every rank's
+intervals, in ascending order, on one more stack: the root is the same tree whatever blocks each
+rank held, P = 1 included.
+
+During a training step the block functions of the models (``graph_linear``, ``mixed_linear``)
+push their partials into the step's :class:`BlockGradients`, found with :func:`active_gradients`
+while :func:`collecting` is in force.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+#: A node of the tree: (level, index), covering blocks ``[index << level, (index + 1) << level)``.
+Label = tuple[int, int]
+
+
+def tree_height(num_blocks: int) -> int:
+    """The root's level: ``ceil(log2 num_blocks)`` (0 for one block)."""
+    if num_blocks < 1:
+        raise ValueError(f"a block tree needs at least one block, got {num_blocks}")
+    return int(num_blocks - 1).bit_length()
+
+
+class DyadicStack:
+    """Nodes of the block tree pushed in ascending order, siblings added as soon as both are in.
+
+    Args:
+        num_blocks: blocks of the whole graph (the tree's leaves ``0 .. num_blocks - 1``).
+
+    Attributes:
+        labels: the nodes held, ascending; ``values``: their sums.
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = int(num_blocks)
+        self.height = tree_height(self.num_blocks)
+        self.labels: list[Label] = []
+        self.values: list[torch.Tensor] = []
+        self._end = 0  # the first block after the last one pushed
+
+    def push(self, label: Label, value: torch.Tensor) -> None:
+        """Push node ``label`` (a leaf ``(0, block)``, or an interval another stack left) whose
+        sum is ``value``; it must start at or after the end of the last node pushed.
+
+        Raises:
+            ValueError: a node out of order, overlapping the last one, or outside the graph.
+        """
+        level, index = int(label[0]), int(label[1])
+        start = index << level
+        if level < 0 or index < 0 or level > self.height or start >= self.num_blocks:
+            raise ValueError(f"tree node {label} is outside {self.num_blocks} blocks")
+        if start < self._end:
+            raise ValueError(f"tree node {label} pushed after block {self._end - 1}: out of order")
+        self._end = (index + 1) << level
+        while True:
+            if index % 2 == 1 and self.labels and self.labels[-1] == (level, index - 1):
+                self.labels.pop()
+                value = self.values.pop() + value  # left + right
+            elif not (index % 2 == 0 and level < self.height):
+                break
+            elif ((index + 1) << level) < self.num_blocks:
+                break  # a left child whose right sibling holds blocks: wait for it
+            level, index = level + 1, index // 2
+        self.labels.append((level, index))
+        self.values.append(value)
+
+    def root(self) -> torch.Tensor:
+        """The root's sum, once every block is in.
+
+        Raises:
+            ValueError: the nodes pushed do not cover every block of the graph.
+        """
+        if self.labels != [(self.height, 0)]:
+            raise ValueError(
+                f"the tree over {self.num_blocks} blocks is incomplete: it holds {self.labels}"
+            )
+        return self.values[0]
+
+
+def stack_labels(num_blocks: int, block_ids: np.ndarray) -> list[Label]:
+    """The intervals a rank holding blocks ``block_ids`` (ascending) is left with."""
+    stack = DyadicStack(num_blocks)
+    none = torch.empty(0)
+    for b in block_ids:
+        stack.push((0, int(b)), none)
+    return stack.labels
+
+
+def label_start(label: Label) -> int:
+    """The first block node ``label`` covers."""
+    return int(label[1]) << int(label[0])
+
+
+def combine(num_blocks: int, pieces: list[tuple[list[Label], list[torch.Tensor]]]) -> torch.Tensor:
+    """The root over every rank's intervals: ``pieces[r]`` is rank ``r``'s ``(labels, sums)``
+    (what its stack was left with, or a slice of every sum); pushed in ascending block order
+    on one stack, whichever rank holds what.
+
+    Raises:
+        ValueError: the intervals overlap or leave a block out.
+    """
+    nodes = [
+        (label_start(lb), lb, v)
+        for labels, values in pieces
+        for lb, v in zip(labels, values, strict=True)
+    ]
+    nodes.sort(key=lambda item: item[0])
+    stack = DyadicStack(num_blocks)
+    for _, label, value in nodes:
+        stack.push(label, value)
+    return stack.root()
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """A part's blocks: which blocks of the graph it holds and which inner rows each has.
+
+    Attributes:
+        num_blocks: blocks of the whole graph (the same for every rank count).
+        block_ids: int64 [b], the blocks this part holds, ascending.
+        block_rows: int64 [num_inner], local inner rows ordered by (block, global id).
+        block_ptr: int64 [b + 1], block ``block_ids[k]``'s rows are
+            ``block_rows[block_ptr[k]:block_ptr[k + 1]]``.
+    """
+
+    num_blocks: int
+    block_ids: np.ndarray
+    block_rows: np.ndarray
+    block_ptr: np.ndarray
+    contiguous: bool = field(init=False)
+    labels: list[Label] = field(init=False)
+
+    def __post_init__(self) -> None:
+        ids = np.asarray(self.block_ids, dtype=np.int64)
+        rows = np.asarray(self.block_rows, dtype=np.int64)
+        ptr = np.asarray(self.block_ptr, dtype=np.int64)
+        if len(ptr) != len(ids) + 1 or ptr[0] != 0 or ptr[-1] != len(rows):
+            raise ValueError(
+                f"block_ptr must hold {len(ids) + 1} offsets from 0 to {len(rows)}, got "
+                f"{len(ptr)} from {ptr[:1]} to {ptr[-1:]}"
+            )
+        if np.any(np.diff(ptr) < 1):
+            raise ValueError("every block of a part must hold at least one row")
+        if len(ids) and (np.any(np.diff(ids) <= 0) or ids[0] < 0 or ids[-1] >= self.num_blocks):
+            raise ValueError(f"block_ids must ascend within 0..{self.num_blocks - 1}")
+        if len(rows) and not np.array_equal(np.sort(rows), np.arange(len(rows))):
+            raise ValueError("block_rows must be a permutation of the part's inner rows")
+        object.__setattr__(self, "block_ids", ids)
+        object.__setattr__(self, "block_rows", rows)
+        object.__setattr__(self, "block_ptr", ptr)
+        object.__setattr__(self, "contiguous", bool(np.array_equal(rows, np.arange(len(rows)))))
+        object.__setattr__(self, "labels", stack_labels(self.num_blocks, ids))
+
+    @classmethod
+    def of_part(cls, part: object) -> BlockLayout | None:
+        """The layout of a loaded part, or ``None`` when it carries no blocks (a partition
+        written before them)."""
+        num_blocks = getattr(part, "num_blocks", None)
+        if num_blocks is None or getattr(part, "block_ids", None) is None:
+            return None
+        return cls(int(num_blocks), part.block_ids, part.block_rows, part.block_ptr)
+
+    @property
+    def num_rows(self) -> int:
+        """The part's inner rows."""
+        return len(self.block_rows)
+
+    def row_sets(self) -> Iterator[slice | torch.Tensor]:
+        """Each block's rows in turn: a slice when the rows are block-contiguous, else an
+        int64 index tensor (ascending global id within the block)."""
+        ptr = self.block_ptr
+        if self.contiguous:
+            for k in range(len(self.block_ids)):
+                yield slice(int(ptr[k]), int(ptr[k + 1]))
+            return
+        rows = torch.from_numpy(self.block_rows)
+        for k in range(len(self.block_ids)):
+            yield rows[int(ptr[k]) : int(ptr[k + 1])]
+
+    def partials(self, partial: Callable[[slice | torch.Tensor], torch.Tensor]) -> DyadicStack:
+        """``partial(rows)`` of every block pushed on a new stack, in ascending block order."""
+        stack = DyadicStack(self.num_blocks)
+        for block, rows in zip(self.block_ids, self.row_sets(), strict=True):
+            stack.push((0, int(block)), partial(rows))
+        return stack
+
+
+def take_rows(t: torch.Tensor, rows: slice | torch.Tensor) -> torch.Tensor:
+    """Rows ``rows`` of ``t``: a view for a slice, a gathered copy for an index."""
+    if isinstance(rows, slice):
+        return t[rows]
+    return t.index_select(0, rows.to(t.device))
+
+
+def row_sum(t: torch.Tensor) -> torch.Tensor:
+    """The sum of ``t``'s rows (dim 0) in a fixed shape and order: a fresh contiguous copy (so
+    the memory offset of a view plays no part) summed by torch in one call."""
+    return t.contiguous().clone().sum(0)
+
+
+class BlockGradients:
+    """The tree stacks of one training step: per parameter (and per call of it), and the loss.
+
+    Args:
+        layout: the part's blocks.
+    """
+
+    LOSS = "loss"
+
+    def __init__(self, layout: BlockLayout) -> None:
+        self.layout = layout
+        self._stacks: dict[int, list[DyadicStack]] = {}
+        self._params: dict[int, torch.Tensor] = {}
+        self.loss: DyadicStack | None = None
+        self.loss_divisor = 1.0
+
+    def handles(self, param: torch.Tensor | None, rows: int) -> bool:
+        """Whether ``param``'s gradient over ``rows`` rows goes through the tree: a leaf that
+        wants a gradient, applied to every inner row of the part."""
+        return (
+            param is not None
+            and param.requires_grad
+            and param.is_leaf
+            and rows == self.layout.num_rows
+        )
+
+    def add(
+        self, param: torch.Tensor, partial: Callable[[slice | torch.Tensor], torch.Tensor]
+    ) -> None:
+        """Push ``partial(rows)`` of every block for one call of ``param`` (a later call of the
+        same parameter gets a stack of its own, added after the tree in call order)."""
+        stack = self.layout.partials(partial)
+        self._stacks.setdefault(id(param), []).append(stack)
+        self._params[id(param)] = param
+
+    def add_loss(self, row_losses: torch.Tensor, divisor: float = 1.0) -> None:
+        """Push the per-block sums of ``row_losses`` (float [num_inner], 0 off the training
+        rows), detached: the loss's gradient flows through the caller's own sum. The global
+        loss is the tree's root divided by ``divisor`` (the global training count)."""
+        if row_losses.shape != (self.layout.num_rows,):
+            raise ValueError(
+                f"row losses of shape {tuple(row_losses.shape)} for {self.layout.num_rows} rows"
+            )
+        values = row_losses.detach()
+        self.loss_divisor = float(divisor)
+        self.loss = self.layout.partials(lambda rows: row_sum(take_rows(values, rows)).reshape(1))
+
+    def holds(self, param: torch.Tensor) -> bool:
+        """Whether some call pushed ``param``'s partials."""
+        return id(param) in self._stacks
+
+    def calls(self, param: torch.Tensor) -> int:
+        """How many calls pushed ``param``'s partials."""
+        return len(self._stacks.get(id(param), []))
+
+    def nodes(self, params: list[torch.Tensor]) -> torch.Tensor:
+        """This rank's intervals as rows: [len(labels), n], each row the concatenation of
+        every stack of ``params`` (each parameter's calls in call order), then the loss's when
+        one was pushed.
+
+        Raises:
+            KeyError: a parameter of ``params`` has no partials.
+        """
+        stacks = [s for p in params for s in self._stacks[id(p)]]
+        if self.loss is not None:
+            stacks.append(self.loss)
+        labels = self.layout.labels
+        if not stacks or not labels:
+            width = sum(p.numel() * self.calls(p) for p in params) + (self.loss is not None)
+            return torch.zeros(len(labels), width)
+        return torch.stack(
+            [torch.cat([s.values[j].reshape(-1) for s in stacks]) for j in range(len(labels))]
+        )
+
+
+_ACTIVE = threading.local()
+
+
+@contextlib.contextmanager
+def collecting(grads: BlockGradients | None) -> Iterator[BlockGradients | None]:
+    """Make ``grads`` the step's tree for the block functions run inside (``None``: none)."""
+    previous = getattr(_ACTIVE, "grads", None)
+    _ACTIVE.grads = grads
+    try:
+        yield grads
+    finally:
+        _ACTIVE.grads = previous
+
+
+def active_gradients() -> BlockGradients | None:
+    """The tree :func:`collecting` put in force on this thread, or ``None``."""
+    return getattr(_ACTIVE, "grads", None)
