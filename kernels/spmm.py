@@ -210,3 +210,54 @@ def spmm_add_(
         else:
             out.index_add_(0, rows[start:stop], spmm_forward(block, X, backend, out.dtype))
     return out
+
+
+def spmm_ordered_(
+    out: torch.Tensor,
+    A: CSRMatrix,
+    rows: torch.Tensor,
+    X: torch.Tensor,
+    halo: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``out[rows] = A @ [X; halo]`` in place, without autograd, every row's terms added in
+    the order of its entries in one pass: rows with the same entries (in the same order) and
+    the same source rows give the same bits wherever their sources live, in ``X`` or in
+    ``halo`` (the contract of the rank-count-invariant aggregation,
+    :mod:`fullgraph.distributed.ordered`).
+
+    CPU (float32, float64, bfloat16 ``X``): the numba kernel reads both buffers, no copy.
+    Elsewhere ``[X; halo]`` is concatenated and the back-end's kernel computes the rows (Triton
+    walks a row's entries in order, in tiles aligned to the row's start: the same entries give
+    the same bits).
+
+    Args:
+        out: contiguous [N, F] (modified at ``rows`` only): float32 for a 16-bit ``X`` (its
+            sums float64 on the CPU, float32 elsewhere, rounded once), else ``X``'s dtype.
+        A: the rows to compute; a column ``c < X.shape[0]`` reads ``X[c]``, a larger one
+            ``halo[c - X.shape[0]]``.
+        rows: int64 [A.num_rows], distinct rows of ``out``.
+        X: [num_local, F] floating point on ``out``'s device.
+        halo: [A.num_cols - num_local, F] of ``X``'s dtype, or ``None`` (``A`` reads ``X``
+            only).
+
+    Returns:
+        ``out``.
+
+    Raises:
+        FullgraphError: ``A`` reads more rows than ``X`` and ``halo`` hold.
+    """
+    have = int(X.shape[0]) + (0 if halo is None else int(halo.shape[0]))
+    if A.num_cols > have:
+        raise FullgraphError(f"spmm_ordered_: A has {A.num_cols} columns, X and halo {have} rows")
+    if A.num_rows == 0 or X.shape[1] == 0:
+        return out
+    backend = select_backend(X.device, "spmm")
+    if backend.startswith("cpu") and X.dtype in (torch.float32, torch.float64, torch.bfloat16):
+        from fullgraph.kernels.spmm_cpu import spmm_ordered_numba
+
+        return spmm_ordered_numba(out, A, rows, X, halo)
+    src = X if halo is None or halo.shape[0] == 0 else torch.cat([X, halo.to(X.dtype)])
+    if src.shape[0] != A.num_cols:
+        A = CSRMatrix._trusted(A.indptr, A.indices, A.values, A.num_rows, int(src.shape[0]))
+    out.index_copy_(0, rows, spmm_forward(A, src, backend, out.dtype))
+    return out

@@ -336,3 +336,116 @@ def spmm_cpu(
         return spmm_numba(A, X, out_dtype=out_dtype)
     out = spmm_embedding_bag(A, X)
     return out if out_dtype is None else out.to(out_dtype)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _ordered_rows(
+    indptr, indices, values, has_values, x, halo, num_local, out, rowmap, bounds
+):  # pragma: no cover - JIT
+    """out[rowmap[r]] = sum_e values[e] * src(indices[e]) for the rows of every range in
+    ``bounds``, each row's terms added one after the other in the order of its entries;
+    ``src(c)`` is ``x[c]`` for ``c < num_local``, else ``halo[c - num_local]``."""
+    nf = x.shape[1]
+    last = indices.shape[0] - PREFETCH_DISTANCE
+    for c in numba.prange(bounds.shape[0] - 1):
+        for r in range(bounds[c], bounds[c + 1]):
+            acc = out[rowmap[r]]
+            for f in range(nf):
+                acc[f] = 0.0
+            for e in range(indptr[r], indptr[r + 1]):
+                if e < last:
+                    ahead = indices[e + PREFETCH_DISTANCE]
+                    if ahead < num_local:
+                        _prefetch_row(x, ahead)
+                    else:
+                        _prefetch_row(halo, ahead - num_local)
+                col = indices[e]
+                xr = x[col] if col < num_local else halo[col - num_local]
+                w = values[e] if has_values else np.float32(1.0)
+                for f in range(nf):
+                    acc[f] += w * xr[f]
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _ordered_rows_bf16(
+    indptr, indices, values, has_values, x16, halo16, num_local, out, rowmap, bounds
+):  # pragma: no cover - JIT
+    """Like ``_ordered_rows`` with ``x16`` and ``halo16`` holding bfloat16 bit patterns
+    (uint16), widened to float32; every product float32, each row summed in float64 in a
+    scratch row (no fastmath: the order is the entries') and rounded once into ``out``
+    (float32)."""
+    nf = x16.shape[1]
+    last = indices.shape[0] - PREFETCH_DISTANCE
+    for c in numba.prange(bounds.shape[0] - 1):
+        wide = np.empty(nf, np.uint32)
+        xf = wide.view(np.float32)
+        acc = np.empty(nf, np.float64)
+        for r in range(bounds[c], bounds[c + 1]):
+            for f in range(nf):
+                acc[f] = 0.0
+            for e in range(indptr[r], indptr[r + 1]):
+                if e < last:
+                    ahead = indices[e + PREFETCH_DISTANCE]
+                    if ahead < num_local:
+                        _prefetch_row(x16, ahead)
+                    else:
+                        _prefetch_row(halo16, ahead - num_local)
+                col = indices[e]
+                xr = x16[col] if col < num_local else halo16[col - num_local]
+                for f in range(nf):
+                    wide[f] = np.uint32(xr[f]) << np.uint32(16)
+                w = values[e] if has_values else np.float32(1.0)
+                for f in range(nf):
+                    acc[f] += w * xf[f]
+            o = out[rowmap[r]]
+            for f in range(nf):
+                o[f] = acc[f]
+
+
+def _bits16(x: torch.Tensor) -> np.ndarray:
+    """The bit patterns of a bfloat16 tensor, uint16, C-contiguous."""
+    return x.contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+def spmm_ordered_numba(
+    out: torch.Tensor,
+    A: CSRMatrix,
+    rows: torch.Tensor,
+    X: torch.Tensor,
+    halo: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``out[rows[k]] = (A @ [X; halo])[k]``, every row summed in the order of its entries,
+    one pass, the same kernel whatever the split of its columns between ``X`` and ``halo``.
+
+    Args:
+        out: C-contiguous on the CPU (modified at ``rows`` only): float32 for bfloat16 ``X``
+            (sums in float64, rounded once), else ``X``'s dtype.
+        A: CSRMatrix on the CPU; a column ``c < X.shape[0]`` reads ``X[c]``, a larger one
+            ``halo[c - X.shape[0]]``.
+        rows: int64 [A.num_rows], distinct: the row of ``out`` each row of ``A`` writes.
+        X: float32, float64 or bfloat16 [num_local, F] (any strides).
+        halo: rows of ``X``'s dtype [A.num_cols - num_local, F], or ``None`` (no such column).
+
+    Returns:
+        ``out``.
+    """
+    nf = int(X.shape[1])
+    if A.num_rows == 0 or nf == 0:
+        return out
+    num_local = int(X.shape[0])
+    if halo is None:
+        halo = X.new_empty((0, nf))
+    indptr = A.indptr.numpy()
+    has_values = A.values is not None
+    values = A.values.numpy() if has_values else np.empty(0, np.float32)
+    args_tail = (num_local, out.numpy(), rows.numpy())
+    with numba_launch() as threads:
+        bounds = row_ranges(indptr, threads)
+        if X.dtype == torch.bfloat16:
+            src = (_bits16(X), _bits16(halo.to(torch.bfloat16)))
+            kernel = _ordered_rows_bf16
+        else:
+            src = (X.contiguous().numpy(), halo.to(X.dtype).contiguous().numpy())
+            kernel = _ordered_rows
+        kernel(indptr, A.indices.numpy(), values, has_values, *src, *args_tail, bounds)
+    return out

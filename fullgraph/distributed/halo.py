@@ -6,9 +6,13 @@ halo rows ``recv_offsets[q]:recv_offsets[q+1]`` (in the order ``q`` sends them).
 
 - :class:`HaloExchange` (autograd): forward returns the halo rows; backward sends the halo-row
   gradients back to their owners, who sum them into their inner rows with ``index_add``.
-- :class:`HaloAggregate` (autograd): ``Y = A_inner @ H + A_halo @ H_halo`` with the exchange in
-  flight while ``A_inner @ H`` runs, and the reverse exchange in flight while ``A_inner^T @ dY``
-  runs in the backward pass.
+- :class:`HaloAggregate` (autograd): ``Y = A [H; H_halo]`` with every row summed in ascending
+  global id of its sources (:mod:`fullgraph.distributed.ordered`): the same bits at every rank
+  count and in one process. The interior rows (no halo source) are computed while the
+  exchange is in flight, the boundary rows in one pass once the halo rows have landed. The
+  backward sends the ``dY`` rows of boundary rows to the owners of the columns they read
+  (:class:`~fullgraph.distributed.ordered.ReversePlan`), and every owner sums ``A^T dY`` over
+  all in-edges in ascending global id, its interior rows while the exchange is in flight.
 
 Compression (:mod:`fullgraph.distributed.compression`): when the plan carries a
 :class:`HaloCompression`, the exchanges of a training step (inside
@@ -18,14 +22,12 @@ parameters together, counts in bytes) and the receiver decodes it; outside a ste
 passes gradients straight through; the backward exchange compresses the gradients themselves.
 
 Precision (``--precision bf16-mixed``: the plan's :class:`~fullgraph.precision.Precision`,
-given at construction; :attr:`HaloPlan.row_dtype`): an aggregation reads its
-input rows in bfloat16 and sums them in float64, where those sums are exact: a row's terms
-(inner ones first, then each slice of halo ones) give, rounded once to float32, what one
-process gets adding them in its own order. Forward halo rows travel in bfloat16 (half the
-bytes, and nothing lost: every rank, and one process, rounds them alike before use). The
-backward exchange carries partial sums ``A_halo^T dY`` of the float32 backward pass, which
-one process never rounds, so it stays float32 (``--compress-bwd bf16`` halves it at the cost
-of that rounding).
+given at construction; :attr:`HaloPlan.row_dtype`): an aggregation reads its input rows in
+bfloat16, and sums every row in float64 in the fixed order above, rounded once to float32.
+Forward halo rows travel in bfloat16 (half the bytes, and nothing lost: every rank, and one
+process, rounds them alike before use). The backward pass is float32; its exchange carries
+``dY`` rows, which one process uses unrounded too, so it stays float32 (``--compress-bwd bf16``
+halves it at the cost of that rounding).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from fullgraph.distributed.compression import BACKWARD, FORWARD, HaloCompression
 from fullgraph.distributed.exchange_slices import ExchangeSlice
 from fullgraph.distributed.split_operator import SplitOperator
 from fullgraph.errors import PartitionError, mark_replicated
-from fullgraph.kernels import spmm, spmm_exact
+from fullgraph.kernels import spmm
+from fullgraph.kernels.spmm import spmm_ordered_
 from fullgraph.partition.load import check_peer_counts
 from fullgraph.precision import FLOAT32, Precision
 
@@ -75,6 +78,9 @@ class HaloPlan:
             every rank.
         precision: the run's precision policy (:class:`~fullgraph.precision.Precision`;
             :attr:`row_dtype` is its compute dtype). Same on every rank.
+        global_ids: global id of every local node (inner, then halo), int64
+            [num_inner + num_halo], or ``None``: the local ids are the global ones (one
+            process). The order of every aggregation's sums.
     """
 
     comm: Communicator
@@ -88,6 +94,7 @@ class HaloPlan:
     max_rows: int = 0
     buffer_bytes: int = slicing.DEFAULT_BUFFER_BYTES
     precision: Precision = FLOAT32
+    global_ids: torch.Tensor | None = None
     _slices: dict[int, list[ExchangeSlice]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -132,6 +139,7 @@ class HaloPlan:
             buffer_bytes=int(buffer_bytes),
             compression=compression,
             precision=precision,
+            global_ids=torch.from_numpy(np.array(part.global_ids, dtype=np.int64)),
         )
 
     @property
@@ -312,11 +320,12 @@ class HaloExchange(torch.autograd.Function):
 def aggregate_rows(
     h: torch.Tensor, op: SplitOperator, plan: HaloPlan, key: tuple[int, int] | None
 ) -> torch.Tensor:
-    """``A_inner @ h + A_halo @ halo(h)`` without autograd, the exchange overlapped.
+    """``A [h; halo(h)]`` without autograd, every row summed in ascending global id of its
+    sources (the same bits at every rank count), the exchange overlapped with the interior
+    rows.
 
-    The exchange of slice ``k + 1`` is in flight while the halo product of slice ``k`` is
-    added, so at most two slices' send and receive buffers are alive at once
-    (:meth:`HaloPlan.slices`); each is released as soon as it is used.
+    A sliced exchange (:meth:`HaloPlan.slices`) has the next slice in flight while one lands;
+    the slices land in one halo buffer, since a boundary row is summed in one pass.
 
     Args:
         h: rows of the inner nodes, float [num_inner, W].
@@ -325,58 +334,109 @@ def aggregate_rows(
         key: the exchange's key from :meth:`HaloPlan.next_key` (``None``: float32).
 
     Returns:
-        A new tensor, float [num_inner, W] (float32 for 16-bit rows, summed in float64).
+        A new tensor, float [num_inner, W] (float32 for 16-bit rows, summed in float64 on the
+        CPU and rounded once).
     """
     h = plan.rows_in(h)
-    if h.dtype == torch.bfloat16:
-        return _aggregate_bf16(h, op, plan, key)
+    split = op.ordered(plan.global_ids)
+    dtype = accumulate_dtype(h.dtype) or h.dtype
+    y = torch.empty((split.num_rows, h.shape[1]), dtype=dtype, device=h.device)
+
+    def interior() -> None:
+        spmm_ordered_(y, split.interior, split.interior_rows, h)
+
     if plan.comm.size == 1:
-        return spmm(op.inner, h)
-    return _overlapped(h, plan, key, lambda: spmm(op.inner, h), op.add_halo_product)
+        interior()
+        halo = None
+    else:
+        pieces = plan.slices(int(h.shape[1]), key, FORWARD)
+        halo = _landed(
+            lambda piece: plan.start_forward(h, key, piece), pieces, plan.num_halo, interior
+        )
+        halo = plan.rows_in(halo)  # a compressed exchange decodes to float32: round it alike
+    spmm_ordered_(y, split.boundary, split.boundary_rows, h, halo)
+    return y
 
 
-def _overlapped(
-    h: torch.Tensor,
-    plan: HaloPlan,
-    key: tuple[int, int] | None,
-    inner: Callable[[], torch.Tensor],
-    add: Callable[[torch.Tensor, torch.Tensor, ExchangeSlice], object],
+def _landed(
+    start: Callable[[ExchangeSlice | None], PendingExchange | DecodingExchange],
+    pieces: list[ExchangeSlice | None],
+    rows: int,
+    overlapped: Callable[[], None],
 ) -> torch.Tensor:
-    """``y = inner()`` while the first slice of ``h``'s halo rows is in flight, then
-    ``add(y, halo, slice)`` for every slice as it lands, the next one in flight meanwhile (at
-    most two slices' buffers alive at any time); returns ``y``."""
-    pieces = plan.slices(int(h.shape[1]), key, FORWARD)
-    pending: PendingExchange | DecodingExchange | None = plan.start_forward(h, key, pieces[0])
-    y = inner()
+    """The received rows of an exchange in ``pieces``: ``overlapped()`` runs while the first
+    slice is in flight, then every slice lands (the next one in flight) in one buffer of
+    ``rows`` rows at its ``halo_rows``; each slice's buffers are released once copied."""
+    pending: PendingExchange | DecodingExchange | None = start(pieces[0])
+    overlapped()
+    landed: torch.Tensor | None = None
     for k, piece in enumerate(pieces):
-        following = plan.start_forward(h, key, pieces[k + 1]) if k + 1 < len(pieces) else None
+        following = start(pieces[k + 1]) if k + 1 < len(pieces) else None
         assert pending is not None
-        halo = pending.wait()
+        got = pending.wait()
         pending = following
-        add(y, halo, piece)
-        del halo  # released before the next slice is received
-    return y
+        if piece is None:
+            return got
+        if landed is None:
+            landed = got.new_empty((rows, got.shape[1]))
+        landed[piece.halo_rows.to(got.device)] = got
+        del got
+    assert landed is not None
+    return landed
 
 
-def _aggregate_bf16(
-    h: torch.Tensor, op: SplitOperator, plan: HaloPlan, key: tuple[int, int] | None
+def aggregate_transpose(
+    grad_y: torch.Tensor, op: SplitOperator, plan: HaloPlan, key: tuple[int, int] | None
 ) -> torch.Tensor:
-    """:func:`aggregate_rows` of bfloat16 rows, exact: every row summed in float64 and rounded
-    once to float32 (:func:`~fullgraph.kernels.spmm_exact`); the rows with halo terms stay in
-    float64 until those are in, so any order of a row's terms gives one process's result."""
-    rows, slot, _ = op.halo_slots()
-    partial = torch.empty((rows.numel(), h.shape[1]), dtype=torch.float64, device=h.device)
+    """``A^T dY`` over this rank's rows without autograd: every ``dH_j`` summed over ALL
+    in-edges ``i -> j`` in ascending global id of ``i``, wherever ``i`` lives (the same bits at
+    every rank count).
+
+    The ``dY`` rows of this rank's boundary rows go to the owners of the columns they read
+    (:class:`~fullgraph.distributed.ordered.ReversePlan`, built on the first call: a
+    collective), in slices as the forward exchange; the interior rows of the transpose are
+    summed while the exchange is in flight.
+
+    Args:
+        grad_y: the gradient of the aggregation's output, float [num_inner, W].
+        op: the split operator.
+        plan: the exchange plan.
+        key: the forward exchange's key (selects the backward codec).
+
+    Returns:
+        A new tensor, [num_inner, W], ``grad_y``'s dtype.
+    """
+    grad_y = grad_y.contiguous()
+    rev = op.reverse(
+        plan.comm, plan.send_index, plan.send_counts, plan.recv_counts, plan.global_ids
+    )
+    split = rev.split
+    dtype = accumulate_dtype(grad_y.dtype) or grad_y.dtype
+    out = torch.empty((split.num_rows, grad_y.shape[1]), dtype=dtype, device=grad_y.device)
+
+    def interior() -> None:
+        spmm_ordered_(out, split.interior, split.interior_rows, grad_y)
+
+    received = None
     if plan.comm.size == 1:
-        return spmm_exact(op.inner, h, slot, partial)
+        interior()
+    else:
+        comp = plan.compression
+        whole = comp is not None and comp.active(key, BACKWARD)
+        pieces = [None] if whole else rev.slices(int(grad_y.shape[1]), plan.buffer_bytes)
 
-    def add(y: torch.Tensor, halo: torch.Tensor, piece: ExchangeSlice) -> None:
-        # a compressed exchange decodes to float32: round it as the sender's rows were
-        op.add_halo_partial(partial, plan.rows_in(halo), piece)
+        def start(piece: ExchangeSlice | None) -> PendingExchange | DecodingExchange:
+            index, sent, got = (
+                (rev.send_index, rev.send_counts, rev.recv_counts)
+                if piece is None
+                else (piece.send_index, piece.send_counts, piece.recv_counts)
+            )
+            rows = grad_y.index_select(0, index.to(grad_y.device))
+            return plan._start(rows, sent, got, key, BACKWARD)  # holds ``rows`` until sent
 
-    y = _overlapped(h, plan, key, lambda: spmm_exact(op.inner, h, slot, partial), add)
-    if rows.numel():
-        y.index_copy_(0, rows, partial.float())
-    return y
+        received = _landed(start, pieces, sum(rev.recv_counts), interior).to(grad_y.dtype)
+    spmm_ordered_(out, split.boundary, split.boundary_rows, grad_y, received)
+    return out if out.dtype == grad_y.dtype else out.to(grad_y.dtype)
 
 
 def accumulate_dtype(dtype: torch.dtype) -> torch.dtype | None:
@@ -433,11 +493,9 @@ def exchange_halo_gradients(
 
 
 class HaloAggregate(torch.autograd.Function):
-    """``Y = A_inner @ H + A_halo @ halo(H)``, overlapping the exchange with the inner part.
-
-    A wide exchange goes in slices (:meth:`HaloPlan.slices`): the next slice is in flight
-    while the halo product of the current one is added (:func:`aggregate_rows`).
-    """
+    """``Y = A [H; halo(H)]``, every row summed in ascending global id of its sources, the
+    exchange overlapped with the interior rows (:func:`aggregate_rows`); the backward is
+    :func:`aggregate_transpose`."""
 
     @staticmethod
     def forward(ctx: Any, h: torch.Tensor, op: SplitOperator, plan: HaloPlan) -> torch.Tensor:
@@ -452,16 +510,5 @@ class HaloAggregate(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        """Send ``A_halo^T dY`` to the owners while ``A_inner^T dY`` runs; owners sum."""
-        op: SplitOperator = ctx.op
-        grad_y = grad_y.contiguous()
-        out: list[torch.Tensor] = []
-
-        def inner() -> None:
-            out.append(spmm(op.inner_t, grad_y))
-
-        def receive(rows: torch.Tensor, index: torch.Tensor) -> None:
-            out[0].index_add_(0, index, rows)
-
-        exchange_halo_gradients(grad_y, op, ctx.plan, ctx.key, inner, receive)
-        return out[0], None, None
+        """``A^T dY`` in ascending global id of the sources (:func:`aggregate_transpose`)."""
+        return aggregate_transpose(grad_y, ctx.op, ctx.plan, ctx.key), None, None

@@ -107,6 +107,9 @@ def _restrict_plan(plan: HaloPlan, send_keep: torch.Tensor, halo_keep: torch.Ten
     send_counts = per_peer(send_keep, plan.send_counts)
     recv_counts = per_peer(halo_keep, plan.recv_counts)
     local = torch.tensor([float(max(sum(send_counts), sum(recv_counts)))], dtype=torch.float64)
+    gids = plan.global_ids
+    if gids is not None:  # the kept halo rows keep their global ids (the order of the sums)
+        gids = torch.cat([gids[: plan.num_inner], gids[plan.num_inner :][halo_keep]])
     return HaloPlan(
         comm=plan.comm,
         send_index=plan.send_index[send_keep],
@@ -119,6 +122,7 @@ def _restrict_plan(plan: HaloPlan, send_keep: torch.Tensor, halo_keep: torch.Ten
         max_rows=int(plan.comm.allreduce_(local, "max", tag="setup")[0]),
         buffer_bytes=plan.buffer_bytes,
         precision=plan.precision,
+        global_ids=gids,
     )
 
 

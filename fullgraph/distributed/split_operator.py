@@ -1,16 +1,23 @@
 """A rank's aggregation operator split by column block: :class:`SplitOperator` (``A_inner``
 over the inner rows' own columns, ``A_halo`` over the halo rows'), with the transposes of the
-backward pass and the pieces a sliced exchange adds one by one (slice ``k``'s halo columns, the
-inner rows they reach)."""
+backward pass, the pieces a sliced exchange adds one by one (slice ``k``'s halo columns, the
+inner rows they reach), and the rank-count-invariant forms the aggregations run on
+(:mod:`fullgraph.distributed.ordered`: every row summed in ascending global id of its
+sources), built on first use and kept."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from fullgraph.distributed.exchange_slices import ExchangeSlice
+from fullgraph.distributed.ordered import ReversePlan, RowSplit, forward_split, reverse_plan
 from fullgraph.kernels import CSRMatrix, spmm_add_
+
+if TYPE_CHECKING:
+    from fullgraph.distributed.communicator import Communicator
 
 
 @dataclass
@@ -29,24 +36,36 @@ class SplitOperator:
         self.inner_t = self.inner.t()
         self.halo_t = self.halo.t() if self.halo is not None else None
         self._pieces: dict[tuple[int, int], tuple[torch.Tensor, CSRMatrix, CSRMatrix]] = {}
-        self._slots: tuple[torch.Tensor, torch.Tensor, CSRMatrix | None] | None = None
+        # keyed by the maps they were built from (kept alive with them: ids stay distinct)
+        self._ordered: tuple[object, RowSplit] | None = None
+        self._reverse: dict[int, tuple[torch.Tensor, object, ReversePlan]] = {}
 
-    def halo_slots(self) -> tuple[torch.Tensor, torch.Tensor, CSRMatrix | None]:
-        """``(rows, slot, compact)``: the inner rows with halo entries (ascending), each inner
-        row's index among them (``-1`` for the others), and the halo block of those rows only
-        (``None`` without halo); built on first use, kept. An exact bf16 aggregation keeps
-        those rows' sums in float64 until their halo terms are in."""
-        if self._slots is None:
-            n = self.inner.num_rows
-            slot = torch.full((n,), -1, dtype=torch.int64, device=self.inner.device)
-            if self.halo is None:
-                rows = torch.zeros(0, dtype=torch.int64, device=self.inner.device)
-                compact = None
-            else:
-                rows, compact = self.halo.without_empty_rows()
-                slot[rows] = torch.arange(rows.numel(), device=slot.device)
-            self._slots = (rows, slot, compact)
-        return self._slots
+    def ordered(self, global_ids: torch.Tensor | None) -> RowSplit:
+        """The forward :class:`~fullgraph.distributed.ordered.RowSplit`: every row's entries
+        in ascending global id of the source (``global_ids``: of every local node, inner then
+        halo; ``None``: the local ids), built on first use for these ids, kept."""
+        if self._ordered is None or self._ordered[0] is not global_ids:
+            self._ordered = (global_ids, forward_split(self.inner, self.halo, global_ids))
+        return self._ordered[1]
+
+    def reverse(
+        self,
+        comm: Communicator,
+        send_index: torch.Tensor,
+        send_counts: list[int],
+        recv_counts: list[int],
+        global_ids: torch.Tensor | None,
+    ) -> ReversePlan:
+        """The backward exchange and transpose (:func:`~fullgraph.distributed.ordered.
+        reverse_plan`) of this operator under a halo plan's maps; built on first use (a
+        collective: every rank's first backward pass through the operator builds it), kept."""
+        held = self._reverse.get(id(send_index))
+        if held is None or held[0] is not send_index or held[1] is not global_ids:
+            plan = reverse_plan(
+                self.inner, self.halo, comm, send_index, send_counts, recv_counts, global_ids
+            )
+            held = self._reverse[id(send_index)] = (send_index, global_ids, plan)
+        return held[2]
 
     def _piece(self, piece: ExchangeSlice) -> tuple[torch.Tensor, CSRMatrix, CSRMatrix]:
         """Slice ``piece``'s halo columns: the inner rows they reach, those rows' block, and
@@ -88,17 +107,3 @@ class SplitOperator:
             return spmm_add_(y, self.halo, halo)
         rows, compact, _ = self._piece(piece)
         return spmm_add_(y, compact, halo, rows.to(y.device))
-
-    def add_halo_partial(
-        self, partial: torch.Tensor, halo: torch.Tensor, piece: ExchangeSlice | None = None
-    ) -> torch.Tensor:
-        """``partial += A_halo @ halo`` over the rows of :meth:`halo_slots` only (``partial``
-        float64 [len(rows), W], ``halo`` bfloat16): the halo terms of an exact aggregation."""
-        if self.halo is None or halo.shape[0] == 0:
-            return partial
-        _, slot, compact = self.halo_slots()
-        if piece is None:
-            assert compact is not None
-            return spmm_add_(partial, compact, halo)
-        rows, block, _ = self._piece(piece)
-        return spmm_add_(partial, block, halo, slot[rows.to(slot.device)])
