@@ -9,6 +9,7 @@ import torch
 
 from fullgraph.distributed.halo import HaloAggregate, HaloExchange, HaloPlan, SplitOperator
 from fullgraph.distributed.receptive_field import LayerGraph
+from fullgraph.distributed.tree_sum import BlockLayout
 from fullgraph.kernels import CSRMatrix, segment_max
 from fullgraph.precision import Precision
 
@@ -33,6 +34,10 @@ class GraphContext:
         train_graphs: per layer, the operator and plan restricted to the rows the training
             loss reaches (:mod:`fullgraph.distributed.receptive_field`), or ``None``: every
             layer trains on the whole ones.
+        blocks: the part's fixed node blocks (:class:`~fullgraph.distributed.tree_sum.
+            BlockLayout`): the trainer then sums weight and bias gradients and the loss over
+            them in one fixed tree, the same bits at any rank count; ``None`` for a partition
+            written before blocks (sums in rank order, as before).
     """
 
     op: SplitOperator
@@ -44,6 +49,7 @@ class GraphContext:
     structure: CSRMatrix | None = None
     local_global_ids: np.ndarray | None = None
     train_graphs: list[LayerGraph] | None = None
+    blocks: BlockLayout | None = None
 
     @property
     def precision(self) -> Precision:

@@ -25,6 +25,14 @@ aggregation sums bfloat16 rows exactly (:func:`~fullgraph.distributed.halo.aggre
 the output is float32. The backward pass is the float32 one: its sums (``A^T dY`` with the halo
 partial sums, ``dY^T h``) are split differently by P ranks, and rounding them to bfloat16 would
 make P ranks differ from one process (docs/train.md, "Precision").
+
+Inside a training step whose block tree is in force (the part has fixed node blocks:
+:mod:`fullgraph.distributed.tree_sum`), the gradients of a leaf ``W``, ``b`` and ``R`` are
+pushed into the tree as per-block partials ``dY_b^T x_b`` (and ``dY_b``'s row sums) instead of
+being returned, and ``A^T`` is the ordered
+:func:`~fullgraph.distributed.halo.aggregate_transpose`: the same bits at any rank count.
+Transforming first, that backward holds ``A^T dY`` ``[n, out]`` whole (a block's rows must be
+complete sums before its product).
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 
 from fullgraph.distributed.halo import (
@@ -40,7 +50,14 @@ from fullgraph.distributed.halo import (
     SplitOperator,
     accumulate_dtype,
     aggregate_rows,
+    aggregate_transpose,
     exchange_halo_gradients,
+)
+from fullgraph.distributed.tree_sum import (
+    BlockGradients,
+    active_gradients,
+    row_sum,
+    take_rows,
 )
 from fullgraph.kernels import CSRMatrix, spmm
 
@@ -135,6 +152,11 @@ class GraphLinearFunction(torch.autograd.Function):
                 _add_times(y, src, root)
         del src_in
         ctx.spec, ctx.key = spec, key
+        tree = active_gradients()
+        n = int(y.shape[0])
+        to_tree = tree is not None and any(tree.handles(p, n) for p in (weight, bias, root))
+        ctx.tree = tree if to_tree else None
+        ctx.params = (weight, bias, root) if to_tree else None
         ctx.has_bias, ctx.has_root = bias is not None, root is not None
         needs_h = spec.transform_first or root is not None
         keep_h = needs_h and (spec.rebuild is None or ctx.needs_input_grad[0])
@@ -164,6 +186,8 @@ class GraphLinearFunction(torch.autograd.Function):
             src = spec.rebuild() if spec.rebuild is not None else None
         else:
             src = None
+        if ctx.tree is not None:
+            return _tree_backward(ctx, dy, weight, root, m, src)
         db = dy.sum(0) if ctx.has_bias and need_b else None
         dr = _weight_grad(dy, src) if root is not None and need_r else None
         if spec.transform_first:
@@ -178,6 +202,80 @@ class GraphLinearFunction(torch.autograd.Function):
                 if root is not None:
                     dh.addmm_(dy, root)
         return dh, dw, db, dr, None
+
+
+def _block_rows(src: torch.Tensor | sp.csr_matrix, rows: slice | torch.Tensor) -> torch.Tensor:
+    """A block's rows of ``src`` as a dense float32 matrix (a view of a dense slice)."""
+    if isinstance(src, sp.csr_matrix):
+        index = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows.numpy()
+        return torch.from_numpy(src[index].toarray().astype(np.float32, copy=False))
+    return take_rows(src, rows).float()
+
+
+def _push_or_sum(
+    tree: BlockGradients,
+    param: torch.Tensor | None,
+    dy: torch.Tensor,
+    x: torch.Tensor | CSRMatrix | None,
+) -> torch.Tensor | None:
+    """``dY^T x`` (``x`` ``None``: the bias, ``dY``'s row sum) as per-block partials pushed
+    into ``tree`` when ``param`` goes through it (then ``None``), else the whole product in
+    today's order (returned to autograd)."""
+    n = int(dy.shape[0])
+    if not tree.handles(param, n):
+        if x is None:
+            return dy.sum(0)
+        return _weight_grad(dy, x) if isinstance(x, CSRMatrix) else torch.mm(dy.t(), x.to(dy.dtype))
+    assert param is not None
+    if x is None:
+        tree.add(param, lambda rows: row_sum(take_rows(dy, rows)))
+        return None
+    rows_of = x.to_scipy() if isinstance(x, CSRMatrix) else x
+    tree.add(param, lambda rows: torch.mm(take_rows(dy, rows).t(), _block_rows(rows_of, rows)))
+    return None
+
+
+def _tree_backward(
+    ctx: Any,
+    dy: torch.Tensor,
+    weight: torch.Tensor,
+    root: torch.Tensor | None,
+    m: torch.Tensor,
+    src: torch.Tensor | CSRMatrix | None,
+) -> tuple:
+    """The backward pass whose weight, bias and root gradients go into the step's block tree
+    (:mod:`fullgraph.distributed.tree_sum`): ``dY^T x`` block by block, the input gradient as
+    :meth:`GraphLinearFunction.backward` computes it.
+
+    ``A^T`` is :func:`~fullgraph.distributed.halo.aggregate_transpose` (every row summed in
+    ascending global id of its sources). Transforming first, ``A^T dY`` is formed whole
+    (``[n, out]``) before any block product reads it: a block's rows must be complete sums.
+    """
+    spec: _Spec = ctx.spec
+    tree: BlockGradients = ctx.tree
+    w_param, b_param, r_param = ctx.params
+    need_h, need_w, need_b, need_r = ctx.needs_input_grad[:4]
+    db = _push_or_sum(tree, b_param, dy, None) if ctx.has_bias and need_b else None
+    dr = _push_or_sum(tree, r_param, dy, src) if root is not None and need_r else None
+    dh = dw = None
+    if spec.transform_first:
+        g = aggregate_transpose(dy, spec.op, spec.plan, ctx.key) if need_w or need_h else None
+        if need_w:
+            dw = _push_or_sum(tree, w_param, g, src)
+        if need_h and not isinstance(src, CSRMatrix):
+            dh = torch.mm(g, weight)
+            if root is not None:
+                dh.addmm_(dy, root)
+        return dh, dw, db, dr, None
+    if need_w:
+        dw = _push_or_sum(tree, w_param, dy, m)  # bf16-mixed: M is bf16, the product float32
+    if need_h:
+        dm = torch.mm(dy, weight)
+        dh = aggregate_transpose(dm, spec.op, spec.plan, ctx.key)
+        del dm
+        if root is not None:
+            dh.addmm_(dy, root)
+    return dh, dw, db, dr, None
 
 
 def _aggregate_backward(

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from fullgraph.distributed.tree_sum import BlockGradients, active_gradients, row_sum, take_rows
+
 
 class MixedLinearFunction(torch.autograd.Function):
     """``F.linear(h, W)`` computed in ``dtype``, returned as float32; float32 gradients."""
@@ -38,6 +40,63 @@ class MixedLinearFunction(torch.autograd.Function):
         return dh, dw, None
 
 
+class BlockLinearFunction(torch.autograd.Function):
+    """``h W^T + b`` whose weight and bias gradients go into the step's block tree.
+
+    The forward is today's product: ``F.linear`` in float32, or the ``dtype`` product of
+    :class:`MixedLinearFunction` (bias added in float32 after it). The backward gives
+    ``dh = dY W`` to autograd and pushes ``dY_b^T h_b`` and the row sums of ``dY_b`` of every
+    block ``b`` into ``tree`` (:mod:`fullgraph.distributed.tree_sum`).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        h: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        dtype: torch.dtype | None,
+        tree: BlockGradients,
+    ) -> torch.Tensor:
+        """The product as :func:`mixed_linear` computes it."""
+        if dtype is None:
+            out = F.linear(h, weight, bias)
+            h_in = h
+        else:
+            h_in = h.to(dtype)
+            out = F.linear(h_in, weight.to(dtype)).float()
+            if bias is not None:
+                out = out + bias
+        ctx.save_for_backward(h_in, weight)
+        ctx.tree, ctx.params = tree, (weight, bias)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple:
+        """``dh = dY W`` (float32); weight and bias partials per block into the tree."""
+        h_in, weight = ctx.saved_tensors
+        tree: BlockGradients = ctx.tree
+        w_param, b_param = ctx.params
+        dy = dy.contiguous()
+        n = int(dy.shape[0])
+        dh = torch.mm(dy, weight) if ctx.needs_input_grad[0] else None
+        dw = db = None
+        if ctx.needs_input_grad[1]:
+            if tree.handles(w_param, n):
+                tree.add(
+                    w_param,
+                    lambda rows: torch.mm(take_rows(dy, rows).t(), take_rows(h_in, rows).float()),
+                )
+            else:
+                dw = torch.mm(dy.t(), h_in.float())
+        if b_param is not None and ctx.needs_input_grad[2]:
+            if tree.handles(b_param, n):
+                tree.add(b_param, lambda rows: row_sum(take_rows(dy, rows)))
+            else:
+                db = dy.sum(0)
+        return dh, dw, db, None, None
+
+
 def mixed_linear(
     h: torch.Tensor,
     weight: torch.Tensor,
@@ -53,9 +112,16 @@ def mixed_linear(
         dtype: the forward product's dtype (the plan's ``row_dtype``), or ``None``.
         bias: float32 [out] (added in float32), or ``None``.
 
+    Inside a training step whose block tree is in force
+    (:func:`~fullgraph.distributed.tree_sum.collecting`), a leaf ``weight`` applied to every
+    inner row takes :class:`BlockLinearFunction`: the same forward, its gradients per block.
+
     Returns:
         float32 [n, out].
     """
+    tree = active_gradients()
+    if tree is not None and tree.handles(weight, int(h.shape[0])):
+        return BlockLinearFunction.apply(h, weight, bias, dtype, tree)
     if dtype is None:
         return F.linear(h, weight, bias)
     out = MixedLinearFunction.apply(h, weight, dtype)

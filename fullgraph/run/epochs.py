@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import torch
 
 from fullgraph.distributed.communicator import Communicator
+from fullgraph.distributed.tree_sum import BlockGradients
 from fullgraph.errors import TrainingDiverged, mark_replicated
 from fullgraph.metrics import METRICS
 from fullgraph.resources import peak_rss_mb
@@ -55,28 +56,79 @@ def check_finite(reduced: torch.Tensor, epoch: int, what: str = "epoch") -> None
 
 
 def reduce_gradients(
-    params: list[torch.nn.Parameter], loss: torch.Tensor, comm: Communicator, epoch: int, what: str
+    params: list[torch.nn.Parameter],
+    loss: torch.Tensor,
+    comm: Communicator,
+    epoch: int,
+    what: str,
+    tree: BlockGradients | None = None,
 ) -> float:
-    """Sum every rank's gradients and loss in one all-reduce, in place; the global loss.
+    """Sum every rank's gradients and loss, in place; the global loss.
+
+    Without ``tree`` (or with one that holds nothing) every gradient and the loss go through
+    one fixed-order all-reduce (the same bits at a given rank count). With the step's block
+    tree, the parameters whose partials it holds and the loss are summed over the fixed
+    blocks (:meth:`~fullgraph.distributed.communicator.Communicator.tree_sum_`: the same bits
+    at any rank count), a parameter pushed by several calls as their roots added in call order;
+    the other parameters keep the all-reduce. A parameter with no gradient gets zeros.
 
     Args:
         params: the model's parameters (their ``.grad`` is replaced by the sum over ranks).
-        loss: this rank's share of the loss (already divided by the global count).
+        loss: this rank's share of the loss (already divided by the global count); unused
+            with a tree holding the loss, whose root (the per-block sums of the row losses)
+            is divided by the tree's ``loss_divisor`` instead.
         comm: the communicator.
         epoch: the epoch, for the divergence message.
         what: ``epoch`` or ``batch i of epoch``, for the divergence message.
+        tree: the step's block tree (:class:`~fullgraph.distributed.tree_sum.BlockGradients`)
+            or ``None``.
 
     Raises:
         TrainingDiverged: the summed loss or a summed gradient is not finite.
     """
-    flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
-    comm.allreduce_(flat, "sum", tag="reduce")
-    check_finite(flat, epoch, what)
+    # a tree parameter with a .grad of its own was also used outside a block function
+    touched = [p for p in params if tree is not None and tree.holds(p) and p.grad is not None]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if tree is None or tree.loss is None:
+        flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
+        comm.allreduce_(flat, "sum", tag="reduce")
+        check_finite(flat, epoch, what)
+        _write_grads(params, flat)
+        return float(flat[-1])
+    in_tree = [p for p in params if tree.holds(p)]
+    rest = [p for p in params if not tree.holds(p)]
+    summed = torch.cat([p.grad.reshape(-1) for p in rest + touched] + [torch.zeros(0)])
+    if summed.numel():
+        comm.allreduce_(summed, "sum", tag="reduce")
+    layout = tree.layout
+    root = comm.tree_sum_(tree.nodes(in_tree), layout.labels, layout.num_blocks, key="grad")
+    global_loss = root[-1:] / tree.loss_divisor
+    grads, offset = [], 0
+    for p in in_tree:
+        total = None
+        for _ in range(tree.calls(p)):
+            piece = root[offset : offset + p.numel()]
+            total = piece.clone() if total is None else total.add_(piece)
+            offset += p.numel()
+        grads.append(total)
+    check_finite(torch.cat([summed, *grads, global_loss]), epoch, what)
+    _write_grads(rest + touched, summed)
+    for p, g in zip(in_tree, grads, strict=True):
+        if any(p is q for q in touched):
+            p.grad.add_(g.view_as(p))
+        else:
+            p.grad.copy_(g.view_as(p))
+    return float(global_loss[0])
+
+
+def _write_grads(params: list[torch.nn.Parameter], flat: torch.Tensor) -> None:
+    """Copy ``flat``'s consecutive pieces into the parameters' ``.grad``."""
     offset = 0
     for p in params:
         p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
         offset += p.numel()
-    return float(flat[-1])
 
 
 def accuracies(

@@ -29,6 +29,7 @@ from fullgraph.distributed.compression import HaloCompression
 from fullgraph.distributed.faults import agree
 from fullgraph.distributed.halo import HaloPlan, SplitOperator
 from fullgraph.distributed.receptive_field import prune_layers
+from fullgraph.distributed.tree_sum import BlockLayout
 from fullgraph.errors import ConfigError
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
@@ -199,6 +200,7 @@ def rank_context(
         plan=plan,
         global_ids=np.array(part.global_ids[: part.num_inner], dtype=np.int64),
         seed=seed,
+        blocks=BlockLayout.of_part(part),
     )
     if needs_structure(kind, options):
         ctx.structure = local_csr(part).to(device)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from fullgraph.distributed import Communicator, check_device
 from fullgraph.distributed.faults import injected_failure_epoch
+from fullgraph.distributed.tree_sum import BlockGradients, collecting
 from fullgraph.errors import ConfigError, mark_replicated
 from fullgraph.metrics import resolve_metric
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
@@ -41,6 +42,13 @@ from fullgraph.training.config import TrainConfig
 from fullgraph.training.model_file import model_state, save_model_file
 
 __all__ = ["StepResult", "TrainConfig", "Trainer", "check_finite"]
+
+#: The one line rank 0 prints when the part carries no fixed node blocks.
+NO_BLOCKS_NOTE = (
+    "note: this partition has no fixed node blocks (it was written before them), so the "
+    "bit-identical contract is off: the ranks' sums over nodes follow the rank split and match "
+    "one process to float rounding only; re-partition with `fullgraph partition` to get it"
+)
 
 
 @dataclass
@@ -116,6 +124,8 @@ class Trainer(EpochLoop):
         self.metric = _resolve_metric(config.metric, part.meta.get("dataset"), part.num_classes)
         rank_graph = assemble_rank(part, comm, config, self.device, precision)
         self.data, self.ctx = rank_graph.data, rank_graph.ctx
+        if self.ctx.blocks is None and comm.rank == 0 and comm.size > 1 and not self.run.quiet:
+            print(NO_BLOCKS_NOTE, flush=True)
         self.num_train_global = rank_graph.num_train_global
         self.model = self._build_model(part)
         self.num_features, self.num_classes = int(part.num_features), int(part.num_classes)
@@ -167,17 +177,30 @@ class Trainer(EpochLoop):
         codec0 = compression.codec_s if compression is not None else 0.0
         t0 = time.perf_counter()
         self.model.train()
-        self.optimizer.zero_grad()
-        with self.ctx.plan.training_step(epoch):
+        blocks = self.ctx.blocks
+        tree = BlockGradients(blocks) if blocks is not None else None
+        if tree is None:
+            self.optimizer.zero_grad()
+        else:  # no .grad: a parameter that gets one used autograd besides the block tree
+            for p in self.model.parameters():
+                p.grad = None
+        with self.ctx.plan.training_step(epoch), collecting(tree):
             logits = self.model(self.data["x"], self.ctx, epoch=epoch, training=True)
             mask = self.data["train"]
-            loss = F.cross_entropy(logits[mask], self.data["y"][mask], reduction="sum")
+            if tree is None:
+                loss = F.cross_entropy(logits[mask], self.data["y"][mask], reduction="sum")
+            else:  # per row, summed per block and over the tree (the same bits at any P)
+                per_row = F.cross_entropy(logits[mask], self.data["y"][mask], reduction="none")
+                rows = torch.zeros(mask.shape[0], dtype=per_row.dtype, device=per_row.device)
+                rows = rows.masked_scatter(mask, per_row)
+                tree.add_loss(rows, self.num_train_global)
+                loss = per_row.sum()
             loss = loss / self.num_train_global
             if not keep_logits:
                 logits = None
             loss.backward()
         global_loss = reduce_gradients(
-            list(self.model.parameters()), loss, self.comm, epoch, "epoch"
+            list(self.model.parameters()), loss, self.comm, epoch, "epoch", tree
         )
         cfg = self.config
         self.optimizer.lr = scheduled_lr(cfg.lr, epoch, cfg.epochs, cfg.lr_warmup, cfg.lr_schedule)

@@ -4,19 +4,24 @@ Both orders, product then aggregate (``A (h W^T)``, when ``out <= in``) and aggr
 product (``(A h) W^T``), and the precomputed aggregation give the layer ``A h W^T + b + h R^T``
 and its four gradients against a dense float64 reference written here; the order follows the
 widths. Under bf16-mixed the forward products read bfloat16 and the aggregation sums them
-exactly (the output float32); the backward pass stays the float32 one.
+exactly (the output float32); the backward pass stays the float32 one. Inside a step's block
+tree the parameter gradients go into the tree as per-block partials (contiguous and permuted
+block rows, dense and sparse input) whose root is float64 autograd's.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from conftest import build_sbm_graph
 
 from fullgraph.distributed import Communicator
 from fullgraph.distributed.halo import HaloPlan
+from fullgraph.distributed.tree_sum import BlockGradients, BlockLayout, collecting
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models import graph_linear as gl
+from fullgraph.models.gnn import sparse_features
 from fullgraph.partition import whole_graph_part
 from fullgraph.precision import Precision, bf16_unsupported
 from fullgraph.training.assembly import build_operator
@@ -133,3 +138,52 @@ def test_sparse_input_needs_the_product_first(layer) -> None:
     x = CSRMatrix(torch.tensor([0] * 41), torch.tensor([], dtype=torch.int64), None, IN)
     with pytest.raises(ValueError, match="sparse input needs out <= in"):
         gl.graph_linear(x, op, plan, torch.zeros(8, IN), None)
+
+
+#: rows of each block of the 40-node graph, for the block-tree checks
+BLOCK_SIZES = np.array([3, 5, 2, 6, 4, 7, 3, 10])
+
+
+def _layout(permuted: bool) -> BlockLayout:
+    """The 40 rows in :data:`BLOCK_SIZES` blocks: consecutive rows, or a fixed permutation
+    (as a whole graph whose rows are not block-contiguous gives)."""
+    rows = np.random.default_rng(5).permutation(40) if permuted else np.arange(40)
+    ptr = np.concatenate([[0], np.cumsum(BLOCK_SIZES)])
+    for k in range(len(BLOCK_SIZES)):  # ascending within a block, as the partition gives
+        rows[ptr[k] : ptr[k + 1]] = np.sort(rows[ptr[k] : ptr[k + 1]])
+    return BlockLayout(len(BLOCK_SIZES), np.arange(len(BLOCK_SIZES)), rows, ptr)
+
+
+@pytest.mark.parametrize("order", sorted(WIDTHS))
+@pytest.mark.parametrize("permuted", [False, True], ids=["contiguous", "permuted"])
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_the_block_tree_takes_the_parameter_gradients(
+    layer, order: str, permuted: bool, sparse: bool
+) -> None:
+    """Inside a step's block tree the weight, bias and root gradients are per-block partials
+    (none reaches ``.grad``), whose root is float64 autograd's to float32 rounding; the input
+    gradient is the one of the layer without a tree."""
+    if sparse and order != "transform-first":
+        pytest.skip("sparse input transforms first")
+    op, dense, plan = layer
+    t = _inputs(WIDTHS[order])
+    names = ("weight", "bias", "root")
+    params = [torch.nn.Parameter(t[k].detach().clone()) for k in names]
+    layout = _layout(permuted)
+    tree = BlockGradients(layout)
+    h = sparse_features(t["h"].detach()) if sparse else t["h"]
+    with collecting(tree):
+        y = gl.graph_linear(h, op, plan, *params)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+    y.backward(dy)
+    assert all(p.grad is None for p in params)
+    root = Communicator().tree_sum_(tree.nodes(params), layout.labels, layout.num_blocks)
+    ref = {k: v.detach().double().requires_grad_(True) for k, v in t.items()}
+    want = dense @ ref["h"] @ ref["weight"].T + ref["bias"] + ref["h"] @ ref["root"].T
+    want.backward(dy.double())
+    expected = torch.cat([ref[k].grad.reshape(-1) for k in names])
+    torch.testing.assert_close(root.double(), expected, rtol=1e-5, atol=1e-5)
+    if not sparse:
+        plain = t["h"].detach().clone().requires_grad_(True)
+        gl.graph_linear(plain, op, plan, *(p.detach() for p in params)).backward(dy)
+        torch.testing.assert_close(t["h"].grad, plain.grad, rtol=1e-6, atol=1e-6)
