@@ -21,6 +21,10 @@ METHODS = ("metis", "random", "contiguous")
 #: METIS libraries :func:`assign_parts` can use; ``auto`` prefers a 32-bit libmetis.
 METIS_LIBRARIES = ("auto", "libmetis", "pymetis")
 
+#: How ``metis`` assigns (:func:`resolve_assign`): ``blocks``, contiguous runs of fixed node
+#: blocks (:mod:`fullgraph.partition.blocks`, the default), or ``kway``, k-way METIS into P parts.
+ASSIGNMENTS = ("blocks", "kway")
+
 #: Imbalance (max / mean) above which a k-way METIS result is retried with recursive bisection.
 BALANCE_TOLERANCE = 1.05
 
@@ -33,6 +37,35 @@ def check_num_parts(num_parts: int, num_nodes: int) -> None:
         raise ConfigError(f"number of parts must be at least 1, got {num_parts}")
     if num_parts > num_nodes:
         raise ConfigError(f"cannot split {num_nodes} nodes into {num_parts} parts (P > num_nodes)")
+
+
+def resolve_assign(method: str, assign: str | None, block_size: int | None = None) -> str | None:
+    """The assignment of ``method``: ``assign`` checked (default ``blocks`` for ``metis``;
+    ``None`` for ``random`` and ``contiguous``, which have no blocks).
+
+    Raises:
+        ConfigError: unknown ``method`` or ``assign``, ``assign`` with a method other than
+            ``metis``, or a block size without ``blocks``.
+    """
+    if method not in METHODS:
+        raise ConfigError(f"unknown partition method {method!r} (choose from {', '.join(METHODS)})")
+    if assign is not None and assign not in ASSIGNMENTS:
+        raise ConfigError(f"unknown assignment {assign!r} (choose from {', '.join(ASSIGNMENTS)})")
+    if method != "metis":
+        if assign is not None:
+            raise ConfigError(f"--assign {assign} applies to --method metis, not {method}")
+        assign = None
+    else:
+        assign = assign or "blocks"
+    if block_size is not None and assign != "blocks":
+        raise ConfigError("--block-size applies to --assign blocks (the default of --method metis)")
+    if block_size is not None and (
+        isinstance(block_size, bool)
+        or not isinstance(block_size, (int, np.integer))
+        or block_size < 1
+    ):
+        raise ConfigError(f"block size must be a positive integer, got {block_size!r}")
+    return assign
 
 
 @numba.njit(cache=True, nogil=True)
@@ -113,14 +146,15 @@ def _note(notes: list[str], message: str) -> None:
     notes.append(message)
 
 
-def _metis_library(
+def metis_library(
     graph: Graph, num_parts: int, library: str, notes: list[str]
-) -> Callable[[np.ndarray, int, int, bool], np.ndarray]:
-    """``run(vweights, ncon, seed, recursive) -> owner`` on the chosen METIS library.
+) -> tuple[Callable[[np.ndarray, int, int, bool], np.ndarray], str]:
+    """``(run(vweights, ncon, seed, recursive) -> owner, name)`` on the chosen METIS library.
 
     ``auto`` takes the libmetis of :func:`~fullgraph.partition.libmetis.find_libmetis` when its
     indices are 32-bit and the graph fits them (half the memory of pymetis' 64-bit METIS), and
-    pymetis otherwise. The library used is added to ``notes``.
+    pymetis otherwise. The library used is added to ``notes``; ``name`` is ``libmetis`` or
+    ``pymetis``.
     """
     import fullgraph.partition.libmetis as libmetis
 
@@ -146,7 +180,7 @@ def _metis_library(
             )
             return np.asarray(result.vertex_part, dtype=np.int64)
 
-        return run_pymetis
+        return run_pymetis, "pymetis"
     notes.append(f"metis: {lib.describe()}")
     x = libmetis.as_idx(xadj, lib.idx)
     a = libmetis.as_idx(adjncy, lib.idx)
@@ -158,13 +192,13 @@ def _metis_library(
         w = libmetis.as_idx(vweights, lib.idx)
         return libmetis.part_graph(lib, num_parts, x, a, w, ncon, int(seed), recursive)
 
-    return run_libmetis
+    return run_libmetis, "libmetis"
 
 
 def _metis(graph: Graph, num_parts: int, seed: int, library: str, notes: list[str]) -> np.ndarray:
     """Multi-constraint METIS on the symmetrised graph; see :func:`assign_parts`."""
     n = graph.num_nodes
-    call = _metis_library(graph, num_parts, library, notes)
+    call, _ = metis_library(graph, num_parts, library, notes)
     ones = np.ones(n, dtype=np.int64)
     train = graph.train_mask.astype(np.int64)
     edges = graph.in_degree()

@@ -5,12 +5,9 @@ The on-disk layout is described in :mod:`fullgraph.partition.format`.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numba
@@ -28,15 +25,22 @@ from fullgraph.atomic import (
 )
 from fullgraph.datasets.graph import SPLITS, Graph, first_overlap, split_name
 from fullgraph.errors import DataError, PartitionError
-from fullgraph.partition.assign import assign_parts, check_num_parts
+from fullgraph.partition.assign import assign_parts, check_num_parts, resolve_assign
+from fullgraph.partition.blocks import (
+    NodeBlocks,
+    block_assignment,
+    check_whole_blocks,
+    part_block_arrays,
+)
 from fullgraph.partition.format import (
+    BLOCK_ARRAYS,
     EDGE_ARRAYS,
     FORMAT_VERSION,
     META_NAME,
     PART_ARRAYS,
-    file_key,
     part_dir_name,
 )
+from fullgraph.partition.npy_files import ChunkedArray, save_array
 from fullgraph.partition.report import build_report
 from fullgraph.resources import StageTimer
 
@@ -68,7 +72,8 @@ def _not_a_partition(path: Path) -> str | None:
         if _PART_DIR.fullmatch(entry.name) and is_plain_dir(entry):
             for f in entry.iterdir():
                 listed = f"{entry.name}/{f.name}" in files or (
-                    f.suffix == ".npy" and (f.stem in PART_ARRAYS or f.stem in EDGE_ARRAYS)
+                    f.suffix == ".npy"
+                    and (f.stem in PART_ARRAYS or f.stem in EDGE_ARRAYS or f.stem in BLOCK_ARRAYS)
                 )
                 if not (listed and is_plain_file(f)):
                     unexpected.append(f)
@@ -97,67 +102,6 @@ def check_partition_out(
     if os.path.lexists(out) and not force:
         named = f"{option} {out}" if option else str(out)
         raise FileExistsError(f"{named} already exists (use --force to replace it)")
-
-
-@dataclass
-class ChunkedArray:
-    """An array written piece by piece: ``chunks()`` yields consecutive row blocks.
-
-    Lets a part's large arrays (its edges, its feature rows) go to disk without ever being
-    held whole.
-    """
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    chunks: Callable[[], Iterator[np.ndarray]]
-
-
-def npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
-    """The ``.npy`` header ``np.save`` writes for a C-ordered array of ``shape`` and ``dtype``."""
-    buf = io.BytesIO()
-    header = {
-        "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-        "fortran_order": False,
-        "shape": tuple(int(s) for s in shape),
-    }
-    np.lib.format.write_array_header_1_0(buf, header)
-    return buf.getvalue()
-
-
-def save_array(
-    root: Path, rank: int, name: str, array: np.ndarray | ChunkedArray, files: dict
-) -> None:
-    """Save ``array`` as ``part-<rank>/<name>.npy`` under ``root`` and record it in ``files``.
-
-    The file holds the bytes ``np.save`` would write; its SHA-256 is computed while writing.
-    A :class:`ChunkedArray` is written block by block.
-    """
-    expected = PART_ARRAYS.get(name) or EDGE_ARRAYS[name]
-    if array.dtype != expected:
-        raise PartitionError(f"internal: {name} has dtype {array.dtype}, expected {expected}")
-    key = file_key(rank, name)
-    path = root / key
-    shape = tuple(int(s) for s in array.shape)
-    blocks = array.chunks() if isinstance(array, ChunkedArray) else iter([array])
-    header = npy_header(shape, expected)
-    digest = hashlib.sha256(header)
-    size, rows = len(header), 0
-    with open(path, "wb") as f:
-        f.write(header)
-        for block in blocks:
-            data = np.ascontiguousarray(block, dtype=expected).reshape(-1).view(np.uint8)
-            f.write(data)
-            digest.update(data)
-            size += data.nbytes
-            rows += block.shape[0]
-    if shape and rows != shape[0]:
-        raise PartitionError(f"internal: {name} got {rows} rows, expected {shape[0]}")
-    files[key] = {
-        "sha256": digest.hexdigest(),
-        "bytes": size,
-        "shape": list(shape),
-        "dtype": str(expected),
-    }
 
 
 @numba.njit(cache=True, nogil=True)
@@ -336,8 +280,14 @@ def write_partitions(
     num_parts: int | None = None,
     timer: StageTimer | None = None,
     notes: list[str] | None = None,
+    blocks: NodeBlocks | None = None,
 ) -> dict:
     """Write the parts that ``owner`` defines to ``out`` (temporary directory, then rename).
+
+    With ``blocks``, every part's inner rows are ordered by (block, global id) and the blocks
+    are written too (``block_ids``, ``block_ptr`` and the block keys of ``meta.json``, see
+    :mod:`~fullgraph.partition.format`); without, by global id as before. The halo rows and the
+    send and receive maps are built from ``owner`` alike in both cases.
 
     Args:
         graph: the partitioned graph.
@@ -350,6 +300,7 @@ def write_partitions(
             empty).
         timer: stages already timed (e.g. the assignment), extended with the build stages.
         notes: remarks made while assigning, copied into the report.
+        blocks: the node blocks ``owner`` was cut from (every block wholly inside one part).
 
     Returns:
         The metadata written to ``out/meta.json`` (with its ``report``).
@@ -360,7 +311,8 @@ def write_partitions(
         ConfigError: ``out`` holds something else than a partition fullgraph wrote (a user's
             folder, a dataset, a folder of other partitions); nothing is replaced.
         DataError: the graph's split masks overlap.
-        PartitionError: ``owner`` has the wrong shape or values.
+        PartitionError: ``owner`` has the wrong shape or values, or splits a block of
+            ``blocks``.
     """
     n = graph.num_nodes
     overlap = first_overlap({k: getattr(graph, k) for k in SPLITS})
@@ -385,7 +337,13 @@ def write_partitions(
     check_partition_out(out, force)
     graph.validate_edge_values()  # NaN / inf edge weights or features are refused here
 
-    order = np.argsort(owner, kind="stable")  # inner nodes of each rank, ascending global id
+    if blocks is not None:
+        check_whole_blocks(blocks, owner)
+        key = owner * blocks.num_blocks + blocks.block
+    else:
+        key = owner
+    order = np.argsort(key, kind="stable")  # inner nodes of each rank: (block,) global id
+    del key
     offsets = np.zeros(num_parts + 1, dtype=np.int64)
     np.cumsum(np.bincount(owner, minlength=num_parts), out=offsets[1:])
     local_inner = np.empty(n, dtype=np.int64)
@@ -403,6 +361,8 @@ def write_partitions(
                 inner = order[offsets[r] : offsets[r + 1]]
                 arrays, halo_owner, cut = builder.build(r, inner, num_parts)
                 edge_cut += cut
+                if blocks is not None:
+                    arrays.update(part_block_arrays(blocks.block[inner]))
                 for name, array in arrays.items():
                     save_array(tmp, r, name, array, files)
                 ni = int(inner.size)
@@ -416,6 +376,8 @@ def write_partitions(
                         "num_train": int(arrays["train_mask"].sum()),
                     }
                 )
+                if blocks is not None:
+                    parts[-1]["num_blocks"] = int(arrays["block_ids"].size)
                 del arrays
         with timer.stage("send_lists"):
             for r in range(num_parts):
@@ -448,6 +410,14 @@ def write_partitions(
             meta["edge_dim"] = graph.edge_dim
         if "split" in graph.meta:  # which of the dataset's fixed splits the masks are
             meta["split"] = int(graph.meta["split"])
+        if blocks is not None:
+            meta.update(
+                num_blocks=blocks.num_blocks,
+                block_size=blocks.block_size,
+                block_seed=blocks.seed,
+                block_metis=blocks.metis,
+                block_sha256=blocks.digest(),
+            )
         atomic_write_json(tmp / META_NAME, meta)
     return meta
 
@@ -460,27 +430,48 @@ def partition_graph(
     seed: int = 0,
     force: bool = False,
     metis: str = "auto",
+    assign: str | None = None,
+    block_size: int | None = None,
 ) -> dict:
-    """Assign owners with :func:`assign_parts` and write the parts with :func:`write_partitions`.
+    """Assign owners and write the parts with :func:`write_partitions`.
+
+    ``method="metis"`` cuts the graph into fixed node blocks and the block sequence into P
+    contiguous runs (``assign="blocks"``, the default: the partition bit-identical training
+    needs, :func:`~fullgraph.partition.blocks.block_assignment`), or runs today's k-way METIS
+    into P parts (``assign="kway"``, :func:`~fullgraph.partition.assign.assign_parts`);
+    ``random`` and ``contiguous`` assign with :func:`~fullgraph.partition.assign.assign_parts`
+    and have no blocks.
 
     Args:
         graph: the graph to split.
         num_parts: number of parts P.
         out: the partition directory to create.
         method: ``metis``, ``random`` or ``contiguous``.
-        seed: seed of the method.
+        seed: seed of the method (of the blocks too).
         force: replace an existing ``out`` (only a partition fullgraph wrote).
         metis: METIS library (``auto``, ``libmetis``, ``pymetis``), see :func:`assign_parts`.
+        assign: ``blocks`` or ``kway`` with ``metis`` (default ``blocks``); ``None`` otherwise.
+        block_size: target nodes per block (``blocks`` only; default
+            :func:`~fullgraph.partition.blocks.default_block_size`).
 
     Returns:
         The metadata written to ``out/meta.json``; ``meta["report"]`` is the partition report.
     """
     check_num_parts(num_parts, graph.num_nodes)
+    assign = resolve_assign(method, assign, block_size)
     check_partition_out(out, force)
     timer = StageTimer()
     notes: list[str] = []
+    blocks = None
     with timer.stage("assign"):
-        owner = assign_parts(graph, num_parts, method=method, seed=seed, notes=notes, metis=metis)
+        if assign == "blocks":
+            owner, blocks = block_assignment(
+                graph, num_parts, seed=seed, metis=metis, block_size=block_size, notes=notes
+            )
+        else:
+            owner = assign_parts(
+                graph, num_parts, method=method, seed=seed, notes=notes, metis=metis
+            )
     return write_partitions(
         graph,
         owner,
@@ -491,4 +482,5 @@ def partition_graph(
         num_parts=num_parts,
         timer=timer,
         notes=notes,
+        blocks=blocks,
     )

@@ -16,8 +16,9 @@ masks hold).
 
 Each ``part-<r>/`` holds one ``.npy`` file per array of :data:`PART_ARRAYS` (all loadable with
 ``np.load(..., mmap_mode="r")``). Local ids put the ``num_inner`` nodes this rank owns first
-(ascending global id), then its ``num_halo`` halo nodes (sources of incoming edges owned by other
-ranks) grouped by owner rank ascending, ascending global id within an owner.
+(ascending global id; in a partition with blocks, see below, ordered by block and ascending
+global id within a block), then its ``num_halo`` halo nodes (sources of incoming edges owned by
+other ranks) grouped by owner rank ascending, ascending global id within an owner.
 
 ============== ====== ======================== ==================================================
 name           dtype  shape                    meaning
@@ -57,6 +58,22 @@ in_weight      float64 [num_inner + num_halo]  GLOBAL weighted in-degree (sum of
                                                without a set-up exchange
 edge_attr      float32 [nnz, F_e]              feature row of every stored (incoming) edge
 ============== ======= ======================= =================================================
+
+Blocks (:data:`BLOCK_ARRAYS`, the partition bit-identical training needs, written by the default
+``--assign blocks``; see :mod:`fullgraph.partition.blocks`): ``meta.json`` then records
+``num_blocks`` (blocks of the whole graph, the same for every P), ``block_size`` (the target
+size they were cut with), ``block_seed``, ``block_metis`` (the METIS library that cut them) and
+``block_sha256`` (SHA-256 of the int64 block of every node, in global id order), and every
+``parts[r]`` its ``num_blocks``. Every part is a contiguous run of whole blocks; its inner rows
+are block-contiguous. A partition without these keys has no blocks and loads as before.
+
+============== ====== ======================== ==================================================
+name           dtype  shape                    meaning
+============== ====== ======================== ==================================================
+block_ids      int64  [b]                      the blocks this part holds, ascending
+block_ptr      int64  [b + 1]                  block ``block_ids[k]`` is the inner rows
+                                               ``block_ptr[k]`` up to ``block_ptr[k+1] - 1``
+============== ====== ======================== ==================================================
 """
 
 from __future__ import annotations
@@ -116,6 +133,21 @@ EDGE_ARRAYS: dict[str, np.dtype] = {
     "in_weight": np.dtype(np.float64),
     "edge_attr": np.dtype(np.float32),
 }
+
+
+#: The per-part block arrays of a partition with blocks (see above) and their dtypes.
+BLOCK_ARRAYS: dict[str, np.dtype] = {
+    "block_ids": np.dtype(np.int64),
+    "block_ptr": np.dtype(np.int64),
+}
+
+#: The ``meta.json`` keys of a partition with blocks.
+BLOCK_META_KEYS = ("num_blocks", "block_size", "block_seed", "block_metis", "block_sha256")
+
+
+def block_arrays(meta: dict) -> tuple[str, ...]:
+    """The block arrays a partition with this ``meta.json`` stores (none without blocks)."""
+    return tuple(BLOCK_ARRAYS) if "num_blocks" in meta else ()
 
 
 def edge_arrays(meta: dict) -> tuple[str, ...]:
@@ -215,6 +247,7 @@ def _check_meta(meta: dict, meta_path: Path) -> None:
         raise PartitionError(
             f"{meta_path} describes {len(parts)} parts but num_parts is {P}; {REWRITE}"
         )
+    _check_block_meta(meta, meta_path)
     totals = {"num_inner": 0, "num_edges": 0, "num_train": 0}
     for r, part in enumerate(parts):
         missing = [
@@ -265,6 +298,38 @@ def _check_meta(meta: dict, meta_path: Path) -> None:
             raise PartitionError(f"{meta_path}: {where}.shape must be a list of sizes")
         for i, size in enumerate(entry["shape"]):
             _integer(meta_path, f"{where}.shape[{i}]", size)
+
+
+def _check_block_meta(meta: dict, meta_path: Path) -> None:
+    """The block fields of ``meta.json``, when it has any: all or none, in range, and the
+    parts' ``num_blocks`` adding up to ``num_blocks``.
+
+    Raises:
+        PartitionError: naming the file and the field.
+    """
+    present = [k for k in BLOCK_META_KEYS if k in meta]
+    if not present:
+        return
+    if len(present) != len(BLOCK_META_KEYS):
+        missing = [k for k in BLOCK_META_KEYS if k not in meta]
+        raise PartitionError(f"{meta_path} has blocks but lacks {', '.join(missing)}; {REWRITE}")
+    n = meta["num_nodes"]
+    nb = _integer(meta_path, "num_blocks", meta["num_blocks"], 1)
+    _integer(meta_path, "block_size", meta["block_size"], 1)
+    _integer(meta_path, "block_seed", meta["block_seed"], None)
+    for key in ("block_metis", "block_sha256"):
+        if not isinstance(meta[key], str):
+            raise PartitionError(f"{meta_path}: {key} must be a string, got {meta[key]!r}")
+    if nb > n:
+        raise PartitionError(f"{meta_path}: num_blocks {nb} exceeds num_nodes {n}; {REWRITE}")
+    total = 0
+    for r, part in enumerate(meta["parts"]):
+        total += _integer(meta_path, f"parts[{r}].num_blocks", part.get("num_blocks"))
+    if total != nb:
+        raise PartitionError(
+            f"{meta_path}: num_blocks is {nb} but the parts' num_blocks add up to {total}; "
+            f"{REWRITE}"
+        )
 
 
 def read_meta(path: str | Path) -> tuple[dict, str]:

@@ -11,11 +11,13 @@ import numpy as np
 from fullgraph.datasets.graph import SPLITS, first_overlap, split_name
 from fullgraph.errors import PartitionError
 from fullgraph.partition.format import (
+    BLOCK_ARRAYS,
     EDGE_ARRAYS,
     META_NAME,
     PART_ARRAYS,
     REWRITE,
     PartitionDir,
+    block_arrays,
     check_file,
     edge_arrays,
     file_key,
@@ -39,6 +41,13 @@ class Partition:
         - ``edge_weight``: float32 [nnz] or ``None``; ``in_weight``: float64
           [num_inner + num_halo] (GLOBAL weighted in-degrees) or ``None``; ``edge_attr``:
           float32 [nnz, edge_dim] or ``None``: per-edge values aligned with ``indices``
+        - ``block_ids``: int64 [b], the blocks this part holds, ascending; ``block_ptr``: int64
+          [b + 1]; ``block_rows``: int64 [num_inner], the inner rows ordered by (block, global
+          id): block ``block_ids[k]``'s rows are ``block_rows[block_ptr[k]:block_ptr[k+1]]``,
+          ascending global id. All three and ``num_blocks`` (blocks of the whole graph) are
+          ``None`` for a partition without blocks (written before them, or not by
+          ``--assign blocks``). A loaded part's inner rows are block-contiguous:
+          ``block_rows`` is ``arange(num_inner)``.
     """
 
     rank: int
@@ -65,6 +74,15 @@ class Partition:
     edge_weight: np.ndarray | None = None
     in_weight: np.ndarray | None = None
     edge_attr: np.ndarray | None = None
+    num_blocks: int | None = None
+    block_ids: np.ndarray | None = None
+    block_rows: np.ndarray | None = None
+    block_ptr: np.ndarray | None = None
+
+    @property
+    def has_blocks(self) -> bool:
+        """Whether the part carries the fixed node blocks bit-identical training needs."""
+        return self.num_blocks is not None
 
     @property
     def edge_dim(self) -> int:
@@ -229,6 +247,8 @@ def check_part_counts(root: Path, meta: dict, rank: int, arrays: dict[str, np.nd
     if "num_send" in part and part["num_send"] != num_send:
         raise field(f"{where}.num_send", part["num_send"], f"{file('send_index')} has {num_send}")
     check_halo_maps(root, rank, ni, arrays)
+    if "block_ids" in arrays:
+        check_part_blocks(root, meta, rank, arrays["block_ids"], arrays["block_ptr"])
     nnz = int(indices.shape[0])
     for name, want in (
         ("edge_weight", (nnz,)),
@@ -240,6 +260,40 @@ def check_part_counts(root: Path, meta: dict, rank: int, arrays: dict[str, np.nd
                 f"{root / file(name)} has shape {list(arrays[name].shape)}, expected "
                 f"{list(want)} (aligned with {file('indices')}); {REWRITE}"
             )
+
+
+def check_part_blocks(
+    root: Path, meta: dict, rank: int, block_ids: np.ndarray, block_ptr: np.ndarray
+) -> None:
+    """The cheap invariants of part ``rank``'s blocks (one pass over ``b`` entries): the
+    ``parts[rank].num_blocks`` blocks ascending in ``[0, num_blocks)``, ``block_ptr`` running
+    from 0 to ``num_inner`` with no block empty.
+
+    Raises:
+        PartitionError: one line naming the file and what is wrong.
+    """
+    part = meta["parts"][rank]
+    b, ni, nb = part["num_blocks"], part["num_inner"], meta["num_blocks"]
+    ids, ptr = root / file_key(rank, "block_ids"), root / file_key(rank, "block_ptr")
+    if block_ids.shape != (b,):
+        raise PartitionError(
+            f"{ids} has shape {list(block_ids.shape)}, but parts[{rank}].num_blocks is {b}; "
+            f"{REWRITE}"
+        )
+    if b and (block_ids[0] < 0 or block_ids[-1] >= nb or np.any(np.diff(block_ids) <= 0)):
+        raise PartitionError(
+            f"{ids} is not a list of distinct blocks ascending in [0, num_blocks = {nb}); {REWRITE}"
+        )
+    if block_ptr.shape != (b + 1,) or block_ptr[0] != 0 or block_ptr[-1] != ni:
+        raise PartitionError(
+            f"{ptr} does not run from 0 to the part's {ni} inner rows in {b + 1} offsets; {REWRITE}"
+        )
+    if b and np.any(np.diff(block_ptr) <= 0):
+        k = int(np.flatnonzero(np.diff(block_ptr) <= 0)[0])
+        raise PartitionError(
+            f"{ptr}: block {int(block_ids[k])} holds {int(block_ptr[k + 1] - block_ptr[k])} "
+            f"rows (a block holds at least one); {REWRITE}"
+        )
 
 
 def check_halo_maps(root: Path, rank: int, num_inner: int, arrays: dict[str, np.ndarray]) -> None:
@@ -324,7 +378,11 @@ def load_partition(
     if not 0 <= rank < num_parts:
         raise PartitionError(f"rank {rank} out of range: {root} has {num_parts} parts")
     arrays: dict[str, np.ndarray] = {}
-    wanted = {**PART_ARRAYS, **{k: EDGE_ARRAYS[k] for k in edge_arrays(meta)}}
+    wanted = {
+        **PART_ARRAYS,
+        **{k: EDGE_ARRAYS[k] for k in edge_arrays(meta)},
+        **{k: BLOCK_ARRAYS[k] for k in block_arrays(meta)},
+    }
     for name, dtype in wanted.items():
         key = file_key(rank, name)
         entry = meta["files"].get(key)
@@ -344,6 +402,8 @@ def load_partition(
     check_part_counts(root, meta, rank, arrays)
     part = meta["parts"][rank]
     num_inner, num_halo = int(part["num_inner"]), int(part["num_halo"])
+    if "block_ids" in arrays:
+        arrays["block_rows"] = np.arange(num_inner, dtype=np.int64)
     return Partition(
         rank=int(rank),
         num_parts=num_parts,
@@ -354,5 +414,6 @@ def load_partition(
         num_train_global=int(meta["num_train_global"]),
         partition_hash=meta_hash,
         meta=meta,
+        num_blocks=int(meta["num_blocks"]) if "num_blocks" in meta else None,
         **arrays,
     )

@@ -60,6 +60,11 @@ def format_report(meta: dict) -> str:
         f"edges) into {meta['num_parts']} parts with {meta['method']} (seed {meta['seed']}) "
         f"in {rep['total_seconds']:.2f} s, peak RSS {rep['peak_rss_mb']:.0f} MiB",
     ]
+    if "num_blocks" in meta:
+        lines.append(
+            f"  blocks: {meta['num_blocks']:,} fixed blocks of about {meta['block_size']:,} nodes, "
+            "every part a run of whole blocks (what bit-identical training at any P needs)"
+        )
     for name, st in rep["stages"].items():
         lines.append(
             f"  stage {name:<12} {st['seconds']:9.3f} s   peak RSS {st['peak_rss_mb']:.0f} MiB"

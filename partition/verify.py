@@ -9,7 +9,9 @@ from tqdm import tqdm
 
 from fullgraph.datasets.graph import GRAPH_ARRAYS, Graph
 from fullgraph.errors import PartitionError
+from fullgraph.partition.blocks import block_digest, node_blocks
 from fullgraph.partition.format import (
+    BLOCK_ARRAYS,
     EDGE_ARRAYS,
     META_NAME,
     PART_ARRAYS,
@@ -156,10 +158,96 @@ def _check_against_graph(p: Partition, graph: Graph) -> None:
                 )
 
 
+def _stored_blocks(parts: list[Partition], num_nodes: int, num_blocks: int) -> np.ndarray:
+    """The block of every node as the parts store it, checked: every block wholly inside one
+    part, every node in one block, rows ascending by global id within a block.
+
+    Returns:
+        int64 [num_nodes].
+
+    Raises:
+        PartitionError: the first problem, naming the part, the block and the node.
+    """
+    block_of = np.full(num_nodes, -1, dtype=np.int64)
+    holder = np.full(num_blocks, -1, dtype=np.int64)
+    for p in parts:
+        if p.block_ids is None or p.block_ptr is None or p.block_rows is None:
+            raise _fail(p, "has no block arrays but meta.json records num_blocks")
+        ids = np.asarray(p.block_ids)
+        twice = ids[holder[ids] >= 0]
+        if twice.size:
+            b = int(twice[0])
+            raise _fail(p, f"block {b} is in part-{int(holder[b])} too: a block lies in one part")
+        holder[ids] = p.rank
+        sizes = np.diff(p.block_ptr)
+        gids = np.asarray(p.global_ids[: p.num_inner])[p.block_rows]
+        step = np.diff(gids)
+        within = np.ones(step.size, dtype=bool)
+        within[p.block_ptr[1:-1] - 1] = False  # where one block ends and the next begins
+        bad = np.flatnonzero(within & (step <= 0))
+        if bad.size:
+            k = int(np.searchsorted(p.block_ptr, bad[0], side="right") - 1)
+            raise _fail(
+                p,
+                f"the rows of block {int(ids[k])} are not in ascending global id (node "
+                f"{int(gids[bad[0] + 1])} after {int(gids[bad[0]])})",
+            )
+        block_of[gids] = np.repeat(ids, sizes)
+    missing = np.flatnonzero(holder < 0)
+    if missing.size:
+        raise PartitionError(f"block {int(missing[0])} of {num_blocks} is in no part; {REWRITE}")
+    if np.any(block_of < 0):
+        raise PartitionError(f"node {int(np.flatnonzero(block_of < 0)[0])} is in no block")
+    return block_of
+
+
+def _check_blocks(parts: list[Partition], meta: dict, graph: Graph | None) -> bool:
+    """The blocks of a partition with blocks against ``meta.json``'s digest and, with
+    ``graph``, against the blocks cut from it again; whether they were cut again (not when the
+    METIS library that cut them is not installed here).
+
+    Raises:
+        PartitionError: one line saying what differs.
+    """
+    n, nb = int(meta["num_nodes"]), int(meta["num_blocks"])
+    stored = _stored_blocks(parts, n, nb)
+    if block_digest(stored) != meta["block_sha256"]:
+        raise PartitionError(
+            f"the parts' blocks differ from the block_sha256 of {META_NAME} (a block_ids or "
+            f"block_ptr file was changed); {REWRITE}"
+        )
+    if graph is None:
+        return False
+    library = meta["block_metis"]
+    if library == "libmetis":
+        from fullgraph.partition.libmetis import find_libmetis
+
+        if find_libmetis() is None:
+            return False
+    again = node_blocks(
+        graph,
+        int(meta["block_size"]),
+        int(meta["block_seed"]),
+        library if library in ("libmetis", "pymetis") else "auto",
+    )
+    if again.num_blocks != nb or not np.array_equal(again.block, stored):
+        diff = np.flatnonzero(again.block != stored) if again.num_blocks == nb else [0]
+        v = int(diff[0])
+        raise PartitionError(
+            f"the blocks cut again from {graph.name} ({again.num_blocks} blocks of size "
+            f"{again.block_size}, seed {again.seed}, {library}) differ from the stored "
+            f"{nb} (node {v}: block {int(stored[v])} stored, {int(again.block[v])} cut again); "
+            f"{REWRITE}"
+        )
+    return True
+
+
 def _release(obj: Partition | Graph) -> None:
     """Drop the resident pages of ``obj``'s memory-mapped arrays (they stay in the page cache;
     in-memory arrays are left alone), so verifying P parts holds about one part at a time."""
-    names = (*PART_ARRAYS, *EDGE_ARRAYS) if isinstance(obj, Partition) else GRAPH_ARRAYS
+    names = (
+        (*PART_ARRAYS, *EDGE_ARRAYS, *BLOCK_ARRAYS) if isinstance(obj, Partition) else GRAPH_ARRAYS
+    )
     for name in names:
         drop_resident_pages(getattr(obj, name, None))
 
@@ -172,9 +260,12 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
     disjoint; checksums and sizes of all files; every node owned by exactly one part; CSR and
     offsets well formed; halo nodes grouped by their true owner and each used by an edge; every
     inner node stores exactly its in-degree of incoming edges and the edge counts add up; send
-    lists of ``r`` to ``q`` equal ``q``'s halo rows from ``r``. With ``graph``: sizes, every
-    incoming edge (as a multiset per node), in-degrees, features, labels and masks equal the
-    source.
+    lists of ``r`` to ``q`` equal ``q``'s halo rows from ``r``; with blocks, every node in one
+    block, every block wholly inside one part, rows ascending by global id within a block and
+    the block vector's SHA-256 that of ``meta.json``. With ``graph``: sizes, every incoming edge
+    (as a multiset per node), in-degrees, features, labels and masks equal the source, and the
+    blocks cut again from it (same block size, seed and METIS library, where that library is
+    installed) equal the stored ones.
 
     Args:
         path: the partition directory (or its ``meta.json``).
@@ -182,7 +273,8 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
 
     Returns:
         A summary dict (``num_parts``, ``num_nodes``, ``num_edges``, ``total_halo_rows``,
-        ``files_checked``, ``against_graph``).
+        ``files_checked``, ``against_graph``, ``num_blocks`` (``None`` without blocks),
+        ``blocks_cut_again``).
 
     Raises:
         PartitionError: the first problem found, naming the part and the node.
@@ -253,6 +345,9 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
             _check_against_graph(p, graph)
             _release(graph)
         _release(p)
+    recomputed = False
+    if "num_blocks" in meta:
+        recomputed = _check_blocks(parts, meta, graph)
     if cut != meta["edge_cut"]:
         raise PartitionError(
             f"{meta_path}: edge_cut is {meta['edge_cut']} but the parts store {cut} edges from "
@@ -274,4 +369,6 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
         "total_halo_rows": sum(p.num_halo for p in parts),
         "files_checked": len(meta["files"]),
         "against_graph": graph is not None,
+        "num_blocks": meta.get("num_blocks"),
+        "blocks_cut_again": recomputed,
     }

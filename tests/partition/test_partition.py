@@ -19,6 +19,7 @@ from fullgraph.partition import (
     symmetric_adjacency,
     verify_partitions,
 )
+from fullgraph.partition.format import BLOCK_ARRAYS
 
 
 def check_invariants(graph: Graph, path) -> None:
@@ -119,11 +120,12 @@ def test_load_partition_fields_and_dtypes(small_graph, small_partitions):
     assert meta["format_version"] == FORMAT_VERSION
     for key in ("dataset", "num_nodes", "num_edges", "num_features", "num_classes", "method"):
         assert key in meta
-    assert set(meta["files"]) == {f"part-{r}/{a}.npy" for r in range(4) for a in PART_ARRAYS}
+    arrays = {**PART_ARRAYS, **BLOCK_ARRAYS}  # METIS's default assignment has blocks
+    assert set(meta["files"]) == {f"part-{r}/{a}.npy" for r in range(4) for a in arrays}
     for rank in range(4):
         p = load_partition(path, rank)
         assert (p.rank, p.num_parts) == (rank, 4)
-        for name, dtype in PART_ARRAYS.items():
+        for name, dtype in arrays.items():
             assert getattr(p, name).dtype == dtype, name
         assert isinstance(p.global_ids, np.memmap)
         assert p.global_ids.shape == (p.num_inner + p.num_halo,)
@@ -143,8 +145,15 @@ def test_load_partition_fields_and_dtypes(small_graph, small_partitions):
 def test_single_part_has_no_halo(small_graph, small_partitions):
     p = load_partition(small_partitions[1], 0)
     assert p.num_halo == 0 and p.num_inner == small_graph.num_nodes
-    assert np.array_equal(p.global_ids, np.arange(small_graph.num_nodes))
-    assert np.array_equal(p.indices, small_graph.indices)
+    # every node once, in block order (ascending global id within a block)
+    assert np.array_equal(np.sort(p.global_ids), np.arange(small_graph.num_nodes))
+    local = np.empty(small_graph.num_nodes, dtype=np.int64)
+    local[p.global_ids] = np.arange(p.num_inner)
+    for row in (0, 17, small_graph.num_nodes - 1):  # a row's sources: the graph's, renamed
+        v = int(p.global_ids[row])
+        got = p.indices[p.indptr[row] : p.indptr[row + 1]]
+        want = small_graph.indices[small_graph.indptr[v] : small_graph.indptr[v + 1]]
+        assert np.array_equal(got, local[want])
     assert p.send_index.size == 0
 
 
