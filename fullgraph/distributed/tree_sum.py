@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 #: A node of the tree: (level, index), covering blocks ``[index << level, (index + 1) << level)``.
@@ -51,13 +52,16 @@ class DyadicStack:
 
     Args:
         num_blocks: blocks of the whole graph (the tree's leaves ``0 .. num_blocks - 1``).
+        in_place: the values pushed are the stack's own (fresh partials): a left sibling
+            takes the sum in place (the same bits as ``left + right``), no new tensor.
 
     Attributes:
         labels: the nodes held, ascending; ``values``: their sums.
     """
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, in_place: bool = False) -> None:
         self.num_blocks = int(num_blocks)
+        self.in_place = in_place
         self.height = tree_height(self.num_blocks)
         self.labels: list[Label] = []
         self.values: list[torch.Tensor] = []
@@ -80,7 +84,8 @@ class DyadicStack:
         while True:
             if index % 2 == 1 and self.labels and self.labels[-1] == (level, index - 1):
                 self.labels.pop()
-                value = self.values.pop() + value  # left + right
+                left = self.values.pop()
+                value = left.add_(value) if self.in_place else left + value  # left + right
             elif not (index % 2 == 0 and level < self.height):
                 break
             elif ((index + 1) << level) < self.num_blocks:
@@ -190,31 +195,32 @@ class BlockLayout:
         """The part's inner rows."""
         return len(self.block_rows)
 
-    def row_sets(self) -> Iterator[slice | torch.Tensor]:
-        """Each block's rows in turn: a slice when the rows are block-contiguous, else an
-        int64 index tensor (ascending global id within the block)."""
-        ptr = self.block_ptr
+    def spans(self) -> list[slice]:
+        """Each block's rows as a slice of the rows in block order (:meth:`in_block_order`)."""
+        ptr = self.block_ptr.tolist()
+        return [slice(ptr[k], ptr[k + 1]) for k in range(len(self.block_ids))]
+
+    def in_block_order(self, t: torch.Tensor | sp.csr_matrix) -> torch.Tensor | sp.csr_matrix:
+        """``t``'s rows ordered by (block, global id): ``t`` itself when the rows are
+        block-contiguous, else one gathered copy."""
         if self.contiguous:
-            for k in range(len(self.block_ids)):
-                yield slice(int(ptr[k]), int(ptr[k + 1]))
-            return
-        rows = torch.from_numpy(self.block_rows)
-        for k in range(len(self.block_ids)):
-            yield rows[int(ptr[k]) : int(ptr[k + 1])]
+            return t
+        if isinstance(t, sp.csr_matrix):
+            return t[self.block_rows]
+        return t.index_select(0, torch.from_numpy(self.block_rows).to(t.device))
 
-    def partials(self, partial: Callable[[slice | torch.Tensor], torch.Tensor]) -> DyadicStack:
-        """``partial(rows)`` of every block pushed on a new stack, in ascending block order."""
-        stack = DyadicStack(self.num_blocks)
-        for block, rows in zip(self.block_ids, self.row_sets(), strict=True):
-            stack.push((0, int(block)), partial(rows))
+    def partials(
+        self, partial: Callable[..., torch.Tensor], *tensors: torch.Tensor | sp.csr_matrix
+    ) -> DyadicStack:
+        """``partial(*rows)`` of every block pushed on a new stack in ascending block order,
+        ``rows`` the block's rows of each of ``tensors`` (views of :meth:`in_block_order`:
+        the same bits as the block's rows alone, at any offset). ``partial`` returns a new
+        tensor (the stack adds into it)."""
+        ordered = [self.in_block_order(t) for t in tensors]
+        stack = DyadicStack(self.num_blocks, in_place=True)
+        for block, rows in zip(self.block_ids.tolist(), self.spans(), strict=True):
+            stack.push((0, block), partial(*(t[rows] for t in ordered)))
         return stack
-
-
-def take_rows(t: torch.Tensor, rows: slice | torch.Tensor) -> torch.Tensor:
-    """Rows ``rows`` of ``t``: a view for a slice, a gathered copy for an index."""
-    if isinstance(rows, slice):
-        return t[rows]
-    return t.index_select(0, rows.to(t.device))
 
 
 def row_sum(t: torch.Tensor) -> torch.Tensor:
@@ -250,11 +256,15 @@ class BlockGradients:
         )
 
     def add(
-        self, param: torch.Tensor, partial: Callable[[slice | torch.Tensor], torch.Tensor]
+        self,
+        param: torch.Tensor,
+        partial: Callable[..., torch.Tensor],
+        *tensors: torch.Tensor | sp.csr_matrix,
     ) -> None:
-        """Push ``partial(rows)`` of every block for one call of ``param`` (a later call of the
-        same parameter gets a stack of its own, added after the tree in call order)."""
-        stack = self.layout.partials(partial)
+        """Push ``partial(*rows)`` of every block (``rows``: the block's rows of each of
+        ``tensors``, :meth:`BlockLayout.partials`) for one call of ``param``; a later call of
+        the same parameter gets a stack of its own, added after the tree in call order."""
+        stack = self.layout.partials(partial, *tensors)
         self._stacks.setdefault(id(param), []).append(stack)
         self._params[id(param)] = param
 
@@ -268,7 +278,7 @@ class BlockGradients:
             )
         values = row_losses.detach()
         self.loss_divisor = float(divisor)
-        self.loss = self.layout.partials(lambda rows: row_sum(take_rows(values, rows)).reshape(1))
+        self.loss = self.layout.partials(lambda rows: row_sum(rows).reshape(1), values)
 
     def holds(self, param: torch.Tensor) -> bool:
         """Whether some call pushed ``param``'s partials."""

@@ -53,12 +53,7 @@ from fullgraph.distributed.halo import (
     aggregate_transpose,
     exchange_halo_gradients,
 )
-from fullgraph.distributed.tree_sum import (
-    BlockGradients,
-    active_gradients,
-    row_sum,
-    take_rows,
-)
+from fullgraph.distributed.tree_sum import BlockGradients, active_gradients, row_sum
 from fullgraph.kernels import CSRMatrix, spmm
 
 #: Elements of one row block of ``A_inner^T dY`` in the backward pass (8 MB of float32).
@@ -204,12 +199,16 @@ class GraphLinearFunction(torch.autograd.Function):
         return dh, dw, db, dr, None
 
 
-def _block_rows(src: torch.Tensor | sp.csr_matrix, rows: slice | torch.Tensor) -> torch.Tensor:
-    """A block's rows of ``src`` as a dense float32 matrix (a view of a dense slice)."""
-    if isinstance(src, sp.csr_matrix):
-        index = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows.numpy()
-        return torch.from_numpy(src[index].toarray().astype(np.float32, copy=False))
-    return take_rows(src, rows).float()
+def _dense(rows: torch.Tensor | sp.csr_matrix) -> torch.Tensor:
+    """A block's rows as a dense float32 matrix (a sparse input's rows densified)."""
+    if isinstance(rows, sp.csr_matrix):
+        return torch.from_numpy(rows.toarray().astype(np.float32, copy=False))
+    return rows.float()
+
+
+def _block_product(dy_b: torch.Tensor, x_b: torch.Tensor | sp.csr_matrix) -> torch.Tensor:
+    """One block's ``dY_b^T x_b``."""
+    return torch.mm(dy_b.t(), _dense(x_b))
 
 
 def _push_or_sum(
@@ -225,13 +224,14 @@ def _push_or_sum(
     if not tree.handles(param, n):
         if x is None:
             return dy.sum(0)
-        return _weight_grad(dy, x) if isinstance(x, CSRMatrix) else torch.mm(dy.t(), x.to(dy.dtype))
+        if isinstance(x, CSRMatrix):
+            return _weight_grad(dy, x)
+        return torch.mm(dy.t(), x.to(dy.dtype))
     assert param is not None
     if x is None:
-        tree.add(param, lambda rows: row_sum(take_rows(dy, rows)))
-        return None
-    rows_of = x.to_scipy() if isinstance(x, CSRMatrix) else x
-    tree.add(param, lambda rows: torch.mm(take_rows(dy, rows).t(), _block_rows(rows_of, rows)))
+        tree.add(param, row_sum, dy)
+    else:
+        tree.add(param, _block_product, dy, x.to_scipy() if isinstance(x, CSRMatrix) else x)
     return None
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fullgraph.distributed.tree_sum import BlockGradients, active_gradients, row_sum, take_rows
+from fullgraph.distributed.tree_sum import BlockGradients, active_gradients, row_sum
 
 
 class MixedLinearFunction(torch.autograd.Function):
@@ -83,15 +83,12 @@ class BlockLinearFunction(torch.autograd.Function):
         dw = db = None
         if ctx.needs_input_grad[1]:
             if tree.handles(w_param, n):
-                tree.add(
-                    w_param,
-                    lambda rows: torch.mm(take_rows(dy, rows).t(), take_rows(h_in, rows).float()),
-                )
+                tree.add(w_param, lambda d, x: torch.mm(d.t(), x.float()), dy, h_in)
             else:
                 dw = torch.mm(dy.t(), h_in.float())
         if b_param is not None and ctx.needs_input_grad[2]:
             if tree.handles(b_param, n):
-                tree.add(b_param, lambda rows: row_sum(take_rows(dy, rows)))
+                tree.add(b_param, row_sum, dy)
             else:
                 db = dy.sum(0)
         return dh, dw, db, None, None

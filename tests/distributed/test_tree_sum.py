@@ -123,10 +123,14 @@ def test_one_process_communicator_is_the_same_tree() -> None:
 def test_layout_checks_its_arrays() -> None:
     layout = BlockLayout(10, np.array([2, 5]), np.arange(5), np.array([0, 3, 5]))
     assert layout.contiguous and layout.labels == [(0, 2), (0, 5)]
-    assert [r for r in layout.row_sets()] == [slice(0, 3), slice(3, 5)]
+    assert layout.spans() == [slice(0, 3), slice(3, 5)]
     permuted = BlockLayout(10, np.array([2, 5]), np.array([1, 3, 4, 0, 2]), np.array([0, 3, 5]))
     assert not permuted.contiguous
-    assert [r.tolist() for r in permuted.row_sets()] == [[1, 3, 4], [0, 2]]
+    x = torch.arange(5.0)
+    assert permuted.in_block_order(x).tolist() == [1.0, 3.0, 4.0, 0.0, 2.0]
+    assert layout.in_block_order(x) is x
+    stack = permuted.partials(lambda rows: rows.sum().reshape(1), x)
+    assert stack.labels == [(0, 2), (0, 5)] and [v.item() for v in stack.values] == [8.0, 2.0]
     with pytest.raises(ValueError, match="block_ptr"):
         BlockLayout(10, np.array([2, 5]), np.arange(5), np.array([0, 5]))
     with pytest.raises(ValueError, match="ascend"):
@@ -144,8 +148,8 @@ def test_block_gradients_rows_are_parameters_then_loss() -> None:
     w = torch.nn.Parameter(torch.zeros(2))
     assert grads.handles(w, 4) and not grads.handles(w, 3) and not grads.handles(w * 2, 4)
     x = torch.arange(8.0).view(4, 2)
-    grads.add(w, lambda rows: x[rows].sum(0))
-    grads.add(w, lambda rows: -x[rows].sum(0))
+    grads.add(w, lambda rows: rows.sum(0), x)
+    grads.add(w, lambda rows: -rows.sum(0), x)
     grads.add_loss(torch.tensor([1.0, 2.0, 3.0, 4.0]), divisor=5)
     nodes = grads.nodes([w])
     assert grads.calls(w) == 2 and layout.labels == [(0, 1), (0, 2)]
