@@ -33,12 +33,21 @@ class SplitOperator:
     halo: CSRMatrix | None
 
     def __post_init__(self) -> None:
-        self.inner_t = self.inner.t()
-        self.halo_t = self.halo.t() if self.halo is not None else None
         self._pieces: dict[tuple[int, int], tuple[torch.Tensor, CSRMatrix, CSRMatrix]] = {}
         # keyed by the maps they were built from (kept alive with them: ids stay distinct)
         self._ordered: tuple[object, RowSplit] | None = None
         self._reverse: dict[int, tuple[torch.Tensor, object, ReversePlan]] = {}
+
+    @property
+    def inner_t(self) -> CSRMatrix:
+        """``A_inner^T`` (built on first use, kept on ``inner``): the previous backward's;
+        the ordered aggregations use :meth:`reverse` instead."""
+        return self.inner.t()
+
+    @property
+    def halo_t(self) -> CSRMatrix | None:
+        """``A_halo^T`` (built on first use, kept on ``halo``), or ``None`` without halo."""
+        return self.halo.t() if self.halo is not None else None
 
     def ordered(self, global_ids: torch.Tensor | None) -> RowSplit:
         """The forward :class:`~fullgraph.distributed.ordered.RowSplit`: every row's entries
