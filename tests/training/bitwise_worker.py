@@ -1,0 +1,61 @@
+"""Worker of ``tests/training/test_bitwise.py``, run by :func:`harness.run_task`.
+
+``bitwise --parts DIR --transports T... --models M...``: trains each model (2 layers, dropout
+on) for :data:`EPOCHS` epochs over each transport and saves (rank 0, ``.npz``) the loss of
+every epoch, the parameters at the end, and whether the part carried fixed node blocks (the
+block tree was used). The test calls :func:`train_models` in-process on the whole graph for the
+reference.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from harness import Tasks, communicators, main
+
+EPOCHS = 5
+
+
+def train_models(part: Any, comm: Any, models: list[str]) -> dict[str, np.ndarray]:
+    """Losses, final parameters and the blocks flag of each model, keyed ``model/...``; a
+    model named ``KIND:rank-order`` trains without the block tree (the sums over nodes in rank
+    order, as a partition without blocks: the negative control)."""
+    from fullgraph.models.gnn import parameter_vector
+    from fullgraph.training import RunOptions, TrainConfig, Trainer
+
+    out: dict[str, np.ndarray] = {}
+    for model in models:
+        kind, _, variant = model.partition(":")
+        cfg = TrainConfig(
+            model=kind, layers=2, hidden=16, dropout=0.5, epochs=EPOCHS, seed=3, lr=0.05
+        )
+        tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
+        if variant == "rank-order":
+            tr.ctx.blocks = None
+        losses = [tr.train_step(epoch).loss for epoch in range(1, EPOCHS + 1)]
+        out[f"{model}/losses"] = np.asarray(losses)
+        out[f"{model}/params"] = parameter_vector(tr.model).numpy().copy()
+        out[f"{model}/blocks"] = np.asarray(tr.ctx.blocks is not None)
+    return out
+
+
+TASKS = Tasks()
+
+
+@TASKS.task
+def bitwise(*, parts: Path, transports: list[str], models: list[str]) -> dict[str, np.ndarray]:
+    """:func:`train_models` over each transport."""
+    from fullgraph.partition import load_partition
+
+    result: dict[str, np.ndarray] = {}
+    for transport, comm in communicators(transports):
+        got = train_models(load_partition(parts, comm.rank), comm, models)
+        result.update({f"{transport}/{k}": v for k, v in got.items()})
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main(TASKS))
