@@ -1,8 +1,9 @@
 """Aggregations with the same bits at every rank count (:mod:`fullgraph.distributed.ordered`,
 issue 33): ``A H`` and the input gradient ``A^T dY`` of one aggregation at P = 2, 3, 4 equal one
 process's bit for bit, float32 and bf16-mixed, with and without the overlap, whole and sliced
-exchanges; the way boundary rows were summed before (inner terms, then halo terms; owners adding
-returned halo partials in rank order) does not, so the comparison can fail.
+exchanges, and on a layer pruned to the loss's receptive field; the way boundary rows were
+summed before (inner terms, then halo terms; owners adding returned halo partials in rank
+order) does not, so the comparison can fail.
 
 The ranks of a job run as threads of this process over :class:`ThreadCommunicator` (one at a
 time: a rank computes only while the others wait in a collective), on partitions that
@@ -24,6 +25,7 @@ import torch
 from fullgraph.datasets.graph import Graph
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.distributed.halo import HaloAggregate, HaloPlan, exchange_halo_gradients
+from fullgraph.distributed.receptive_field import prune_layers
 from fullgraph.kernels import spmm
 from fullgraph.partition import load_partition, partition_graph, whole_graph_part
 from fullgraph.precision import Precision
@@ -186,6 +188,11 @@ def _one_rank(part, comm: Communicator, job: dict, kind: str, case: dict) -> dic
     )
     plan.overlap = case["overlap"]
     op = build_operator(part, kind)
+    if case.get("pruned"):  # the first layer of two, restricted to the loss's receptive field
+        train = torch.from_numpy(np.array(part.train_mask[: part.num_inner], dtype=bool))
+        first = prune_layers(op, plan, train, 2, min_saving=0.0)[0]
+        assert first.pruned
+        op, plan = first.op, first.plan
     gids = torch.from_numpy(np.array(part.global_ids[: part.num_inner], dtype=np.int64))
     h = job["h"][gids].clone().requires_grad_(True)
     y = HaloAggregate.apply(h, op, plan)
@@ -224,11 +231,16 @@ CASES = [
     {"precision": "32", "overlap": False, "buffer_bytes": 2048},  # sliced exchanges
     {"precision": "bf16-mixed", "overlap": True, "buffer_bytes": 32 << 20},
     {"precision": "bf16-mixed", "overlap": False, "buffer_bytes": 2048},
+    {"precision": "32", "overlap": True, "buffer_bytes": 2048, "pruned": True},
 ]
 
 
 @pytest.mark.parametrize("kind", ["sage", "gcn"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['precision']}-{c['buffer_bytes']}")
+@pytest.mark.parametrize(
+    "case",
+    CASES,
+    ids=lambda c: f"{c['precision']}-{c['buffer_bytes']}{'-pruned' * c.get('pruned', 0)}",
+)
 def test_aggregation_is_one_process_bitwise(job, kind: str, case: dict) -> None:
     """``A H`` and ``A^T dY`` at P = 2, 3, 4 are one process's bits; the old summation (where
     run) differs from one process at some P, so the comparison is not vacuous."""
