@@ -5,12 +5,15 @@ the activations themselves. Sent in ``K`` slices, at most two in flight, a rank 
 slices' buffers instead. Slice ``k`` carries rows ``[n*k//K, n*(k+1)//K)`` of the ``n`` rows a
 rank exchanges with each peer; both sides of a pair compute the same share from the same count,
 so every slice is itself a valid all-to-all. Rows keep their full width, so nothing is copied
-out of strided columns.
+out of strided columns. The aggregations sum a row in one pass over all its sources, so their
+slices :func:`land` in one receive buffer (the send side stays two slices).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -79,3 +82,42 @@ def exchange_slices(
             )
         )
     return out
+
+
+class Pending(Protocol):
+    """An exchange in flight: :meth:`wait` gives its received rows."""
+
+    def wait(self) -> torch.Tensor:
+        """Block until the rows have landed; return them."""
+        ...
+
+
+def land(
+    start: Callable[[ExchangeSlice | None], Pending],
+    pieces: Sequence[ExchangeSlice | None],
+    rows: int,
+    overlapped: Callable[[], None],
+) -> torch.Tensor:
+    """The received rows of an exchange going in ``pieces`` (``[None]``: whole), in one buffer.
+
+    ``start(piece)`` starts one slice; ``overlapped()`` runs while the first is in flight; then
+    every slice lands, the next one in flight meanwhile, and is copied into a buffer of ``rows``
+    rows at its ``halo_rows`` (its own buffers released once copied). A whole exchange returns
+    its received rows themselves.
+    """
+    pending: Pending | None = start(pieces[0])
+    overlapped()
+    landed: torch.Tensor | None = None
+    for k, piece in enumerate(pieces):
+        following = start(pieces[k + 1]) if k + 1 < len(pieces) else None
+        assert pending is not None
+        got = pending.wait()
+        pending = following
+        if piece is None:
+            return got
+        if landed is None:
+            landed = got.new_empty((rows, got.shape[1]))
+        landed[piece.halo_rows.to(got.device)] = got
+        del got
+    assert landed is not None
+    return landed

@@ -350,39 +350,12 @@ def aggregate_rows(
         halo = None
     else:
         pieces = plan.slices(int(h.shape[1]), key, FORWARD)
-        halo = _landed(
+        halo = slicing.land(
             lambda piece: plan.start_forward(h, key, piece), pieces, plan.num_halo, interior
         )
         halo = plan.rows_in(halo)  # a compressed exchange decodes to float32: round it alike
     spmm_ordered_(y, split.boundary, split.boundary_rows, h, halo)
     return y
-
-
-def _landed(
-    start: Callable[[ExchangeSlice | None], PendingExchange | DecodingExchange],
-    pieces: list[ExchangeSlice | None],
-    rows: int,
-    overlapped: Callable[[], None],
-) -> torch.Tensor:
-    """The received rows of an exchange in ``pieces``: ``overlapped()`` runs while the first
-    slice is in flight, then every slice lands (the next one in flight) in one buffer of
-    ``rows`` rows at its ``halo_rows``; each slice's buffers are released once copied."""
-    pending: PendingExchange | DecodingExchange | None = start(pieces[0])
-    overlapped()
-    landed: torch.Tensor | None = None
-    for k, piece in enumerate(pieces):
-        following = start(pieces[k + 1]) if k + 1 < len(pieces) else None
-        assert pending is not None
-        got = pending.wait()
-        pending = following
-        if piece is None:
-            return got
-        if landed is None:
-            landed = got.new_empty((rows, got.shape[1]))
-        landed[piece.halo_rows.to(got.device)] = got
-        del got
-    assert landed is not None
-    return landed
 
 
 def aggregate_transpose(
@@ -434,7 +407,7 @@ def aggregate_transpose(
             rows = grad_y.index_select(0, index.to(grad_y.device))
             return plan._start(rows, sent, got, key, BACKWARD)  # holds ``rows`` until sent
 
-        received = _landed(start, pieces, sum(rev.recv_counts), interior).to(grad_y.dtype)
+        received = slicing.land(start, pieces, sum(rev.recv_counts), interior).to(grad_y.dtype)
     spmm_ordered_(out, split.boundary, split.boundary_rows, grad_y, received)
     return out if out.dtype == grad_y.dtype else out.to(grad_y.dtype)
 
