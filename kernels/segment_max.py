@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from fullgraph.kernels.backend import numba_or_torch
+from fullgraph.kernels.cpu_launch import numba_launch, row_ranges
 from fullgraph.kernels.csr import CSRMatrix
 
 
@@ -152,3 +153,76 @@ def segment_max(a: CSRMatrix, h: torch.Tensor, key: torch.Tensor | np.ndarray) -
         a = a if a.device.type == "cpu" else a.to("cpu")
         key = key.to(torch.int64)
     return SegmentMax.apply(h, a, key)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _route_ordered(
+    indptr, indices, row_key, x, halo, ax, ahalo, num_local, out, rowmap, bounds
+):  # pragma: no cover - numba
+    nf = x.shape[1]
+    for c in numba.prange(bounds.shape[0] - 1):
+        for r in range(bounds[c], bounds[c + 1]):
+            o = out[rowmap[r]]
+            k = row_key[rowmap[r]]
+            for f in range(nf):
+                o[f] = 0.0
+            for e in range(indptr[r], indptr[r + 1]):
+                col = indices[e]
+                if e > indptr[r] and col == indices[e - 1]:
+                    continue  # a duplicate edge is one candidate
+                xr = x[col] if col < num_local else halo[col - num_local]
+                ar = ax[col] if col < num_local else ahalo[col - num_local]
+                for f in range(nf):
+                    if ar[f] == k:
+                        o[f] += xr[f]
+
+
+def route_max_gradient_ordered_(
+    out: torch.Tensor,
+    a: CSRMatrix,
+    rows: torch.Tensor,
+    row_key: torch.Tensor,
+    grad: torch.Tensor,
+    arg_key: torch.Tensor,
+    halo: torch.Tensor | None = None,
+    halo_arg: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``out[rows[k], f] = sum of grad_e[f]`` over row ``k``'s entries ``e`` whose maximum was
+    this row (``arg_e[f] == row_key[rows[k]]``), added in the order of the entries (repeated
+    adjacent entries count once); the transpose of :func:`route_max_gradient` summed in a fixed
+    order, so that rank counts give the same bits when the entries are in global-id order.
+
+    Args:
+        out: float [N, W], C-contiguous on the CPU (modified at ``rows``).
+        a: CSR on the CPU: rows = the sources (``rows``), a column ``c < len(grad)`` reads
+            ``grad[c]`` and ``arg_key[c]``, a larger one ``halo[c - len(grad)]`` and
+            ``halo_arg[c - len(grad)]``.
+        rows: int64 [a.num_rows], distinct.
+        row_key: int64 [N], the key (global id) of every row of ``out``.
+        grad: the output gradient rows, ``out``'s dtype [num_local, W].
+        arg_key: int64 [num_local, W], the key of the row each output picked (``-1``: none).
+        halo, halo_arg: the same of the remote output rows, or ``None``.
+
+    Returns:
+        ``out``.
+    """
+    width = int(grad.shape[1])
+    if a.num_rows == 0 or width == 0:
+        return out
+    if halo is None or halo_arg is None:
+        halo, halo_arg = grad.new_empty((0, width)), arg_key.new_empty((0, width))
+    with numba_launch() as threads:
+        _route_ordered(
+            a.indptr.numpy(),
+            a.indices.numpy(),
+            row_key.numpy(),
+            grad.contiguous().numpy(),
+            halo.to(grad.dtype).contiguous().numpy(),
+            arg_key.contiguous().numpy(),
+            halo_arg.to(torch.int64).contiguous().numpy(),
+            int(grad.shape[0]),
+            out.numpy(),
+            rows.numpy(),
+            row_ranges(a.indptr.numpy(), threads),
+        )
+    return out
