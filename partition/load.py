@@ -277,8 +277,8 @@ def check_part_blocks(
     ids, ptr = root / file_key(rank, "block_ids"), root / file_key(rank, "block_ptr")
     if block_ids.shape != (b,):
         raise PartitionError(
-            f"{ids} has shape {list(block_ids.shape)}, but parts[{rank}].num_blocks is {b}; "
-            f"{REWRITE}"
+            f"{root / META_NAME}: parts[{rank}].num_blocks is {b} but "
+            f"{file_key(rank, 'block_ids')} has shape {list(block_ids.shape)}; {REWRITE}"
         )
     if b and (block_ids[0] < 0 or block_ids[-1] >= nb or np.any(np.diff(block_ids) <= 0)):
         raise PartitionError(

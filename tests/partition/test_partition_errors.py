@@ -226,6 +226,10 @@ def test_cli_partition_and_verify(small_graph, tmp_path, fake_load, capsys):
         (["--parts", "0"], "at least 1"),
         (["--parts", "601"], "P > num_nodes"),
         (["--dataset", "nope"], "unknown dataset 'nope'"),
+        (["--method", "random", "--assign", "kway"], "--assign kway applies to --method metis"),
+        (["--assign", "kway", "--block-size", "8"], "--block-size applies to --assign blocks"),
+        (["--block-size", "0"], "block size must be a positive integer, got 0"),
+        (["--parts", "400", "--block-size", "2"], "blocks into 400 parts (P > number of blocks)"),
     ],
 )
 def test_cli_partition_errors(small_graph, tmp_path, fake_load, capsys, argv, message):
@@ -359,6 +363,13 @@ META_EDITS = {
     "files-list": (_edit(files=[]), r"files must be a JSON object", True),
     "parts-number": (_edit(parts=4), r"parts must be a list of objects", True),
     "dataset": (_edit(dataset=5), r"dataset must be a string", True),
+    "num-blocks": (_edit(num_blocks=_plus(1)), r"num_blocks is \d+ but the parts' num_bl", True),
+    "block-key": (_edit(block_sha256=_DROP), r"has blocks but lacks block_sha256", True),
+    "part-blocks": (
+        _edit(parts__0__num_blocks=_plus(1), parts__1__num_blocks=_plus(-1)),
+        r"parts\[0\]\.num_blocks is \d+ but part-0/block_ids\.npy has shape \[\d+\]",
+        True,
+    ),
 }
 
 
