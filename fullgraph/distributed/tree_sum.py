@@ -210,16 +210,19 @@ class BlockLayout:
         return t.index_select(0, torch.from_numpy(self.block_rows).to(t.device))
 
     def partials(
-        self, partial: Callable[..., torch.Tensor], *tensors: torch.Tensor | sp.csr_matrix
+        self,
+        partial: Callable[..., torch.Tensor],
+        *tensors: torch.Tensor | sp.csr_matrix,
+        ordered: bool = False,
     ) -> DyadicStack:
         """``partial(*rows)`` of every block pushed on a new stack in ascending block order,
         ``rows`` the block's rows of each of ``tensors`` (views of :meth:`in_block_order`:
-        the same bits as the block's rows alone, at any offset). ``partial`` returns a new
-        tensor (the stack adds into it)."""
-        ordered = [self.in_block_order(t) for t in tensors]
+        the same bits as the block's rows alone, at any offset; ``ordered``: the tensors are
+        in block order already). ``partial`` returns a new tensor (the stack adds into it)."""
+        ordered_rows = list(tensors) if ordered else [self.in_block_order(t) for t in tensors]
         stack = DyadicStack(self.num_blocks, in_place=True)
         for block, rows in zip(self.block_ids.tolist(), self.spans(), strict=True):
-            stack.push((0, block), partial(*(t[rows] for t in ordered)))
+            stack.push((0, block), partial(*(t[rows] for t in ordered_rows)))
         return stack
 
 
@@ -260,11 +263,13 @@ class BlockGradients:
         param: torch.Tensor,
         partial: Callable[..., torch.Tensor],
         *tensors: torch.Tensor | sp.csr_matrix,
+        ordered: bool = False,
     ) -> None:
         """Push ``partial(*rows)`` of every block (``rows``: the block's rows of each of
-        ``tensors``, :meth:`BlockLayout.partials`) for one call of ``param``; a later call of
-        the same parameter gets a stack of its own, added after the tree in call order."""
-        stack = self.layout.partials(partial, *tensors)
+        ``tensors``, :meth:`BlockLayout.partials`; ``ordered``: already in block order) for one
+        call of ``param``; a later call of the same parameter gets a stack of its own, added
+        after the tree in call order."""
+        stack = self.layout.partials(partial, *tensors, ordered=ordered)
         self._stacks.setdefault(id(param), []).append(stack)
         self._params[id(param)] = param
 

@@ -216,10 +216,12 @@ def _push_or_sum(
     param: torch.Tensor | None,
     dy: torch.Tensor,
     x: torch.Tensor | CSRMatrix | None,
+    in_order: Callable[[Any], Any],
 ) -> torch.Tensor | None:
     """``dY^T x`` (``x`` ``None``: the bias, ``dY``'s row sum) as per-block partials pushed
     into ``tree`` when ``param`` goes through it (then ``None``), else the whole product in
-    today's order (returned to autograd)."""
+    today's order (returned to autograd). ``in_order`` gives a tensor's rows in block order
+    (gathered once per tensor and call where the part's rows are not block-contiguous)."""
     n = int(dy.shape[0])
     if not tree.handles(param, n):
         if x is None:
@@ -229,10 +231,23 @@ def _push_or_sum(
         return torch.mm(dy.t(), x.to(dy.dtype))
     assert param is not None
     if x is None:
-        tree.add(param, row_sum, dy)
+        tree.add(param, row_sum, in_order(dy), ordered=True)
     else:
-        tree.add(param, _block_product, dy, x.to_scipy() if isinstance(x, CSRMatrix) else x)
+        rows = in_order(x.to_scipy() if isinstance(x, CSRMatrix) else x)
+        tree.add(param, _block_product, in_order(dy), rows, ordered=True)
     return None
+
+
+def _block_order(tree: BlockGradients) -> Callable[[Any], Any]:
+    """``tree.layout.in_block_order``, each tensor's result kept (one gather per tensor)."""
+    kept: dict[int, tuple[Any, Any]] = {}
+
+    def in_order(t: Any) -> Any:
+        if id(t) not in kept:
+            kept[id(t)] = (t, tree.layout.in_block_order(t))  # t held: its id stays its own
+        return kept[id(t)][1]
+
+    return in_order
 
 
 def _tree_backward(
@@ -255,20 +270,21 @@ def _tree_backward(
     tree: BlockGradients = ctx.tree
     w_param, b_param, r_param = ctx.params
     need_h, need_w, need_b, need_r = ctx.needs_input_grad[:4]
-    db = _push_or_sum(tree, b_param, dy, None) if ctx.has_bias and need_b else None
-    dr = _push_or_sum(tree, r_param, dy, src) if root is not None and need_r else None
+    order = _block_order(tree)
+    db = _push_or_sum(tree, b_param, dy, None, order) if ctx.has_bias and need_b else None
+    dr = _push_or_sum(tree, r_param, dy, src, order) if root is not None and need_r else None
     dh = dw = None
     if spec.transform_first:
         g = aggregate_transpose(dy, spec.op, spec.plan, ctx.key) if need_w or need_h else None
         if need_w:
-            dw = _push_or_sum(tree, w_param, g, src)
+            dw = _push_or_sum(tree, w_param, g, src, order)
         if need_h and not isinstance(src, CSRMatrix):
             dh = torch.mm(g, weight)
             if root is not None:
                 dh.addmm_(dy, root)
         return dh, dw, db, dr, None
     if need_w:
-        dw = _push_or_sum(tree, w_param, dy, m)  # bf16-mixed: M is bf16, the product float32
+        dw = _push_or_sum(tree, w_param, dy, m, order)  # bf16-mixed: M bf16, product float32
     if need_h:
         dm = torch.mm(dy, weight)
         dh = aggregate_transpose(dm, spec.op, spec.plan, ctx.key)

@@ -81,14 +81,18 @@ class BlockLinearFunction(torch.autograd.Function):
         n = int(dy.shape[0])
         dh = torch.mm(dy, weight) if ctx.needs_input_grad[0] else None
         dw = db = None
+        ordered = False  # dy in block order (a gathered copy) once the weight's partials ran
         if ctx.needs_input_grad[1]:
             if tree.handles(w_param, n):
-                tree.add(w_param, lambda d, x: torch.mm(d.t(), x.float()), dy, h_in)
+                dy = tree.layout.in_block_order(dy)  # gathered once for the bias too
+                rows = tree.layout.in_block_order(h_in)
+                tree.add(w_param, lambda d, x: torch.mm(d.t(), x.float()), dy, rows, ordered=True)
+                ordered = True
             else:
                 dw = torch.mm(dy.t(), h_in.float())
         if b_param is not None and ctx.needs_input_grad[2]:
             if tree.handles(b_param, n):
-                tree.add(b_param, row_sum, dy)
+                tree.add(b_param, row_sum, dy, ordered=ordered)
             else:
                 db = dy.sum(0)
         return dh, dw, db, None, None
