@@ -1,7 +1,7 @@
 """Bit-identical at any rank count (issue 33): GCN and SAGE, 2 layers, dropout on, 5 epochs on
 P = 2 and 3 ranks over mpi and gloo equal one process on the whole graph, losses and final
-parameters ``torch.equal``; the negative control (GCN with its sums over nodes in rank order,
-as a partition without blocks trains) is not.
+parameters ``torch.equal``, and one process equals itself on 2 threads; the negative control
+(GCN with its sums over nodes in rank order, as a partition without blocks trains) does not.
 
 What makes it hold: the partition's fixed node blocks, the block tree of the weight and bias
 gradients and of the loss (:mod:`fullgraph.distributed.tree_sum`) and the aggregation's sums
@@ -21,7 +21,7 @@ import pytest
 import torch
 from bitwise_worker import train_models
 from harness import run_task
-from mp_utils import one_thread
+from mp_utils import one_thread, threads_restored
 
 from fullgraph.distributed.communicator import Communicator
 from fullgraph.partition import partition_graph, whole_graph_part
@@ -66,3 +66,15 @@ def test_ranks_equal_one_process_bit_for_bit(
     # the same run with the sums over nodes in rank order is not bitwise (the test can fail)
     got, want = result[f"mpi/{CONTROL}/params"], reference[f"{CONTROL}/params"]
     assert not np.array_equal(got, want) and np.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_two_threads_equal_one(small_graph, reference) -> None:
+    """One process with torch and numba on 2 threads: the same bits as on 1."""
+    import numba
+
+    with threads_restored():
+        torch.set_num_threads(2)
+        numba.set_num_threads(2)
+        got = train_models(whole_graph_part(small_graph), Communicator(), MODELS)
+    for key, value in got.items():
+        assert np.array_equal(value, reference[key]), key
