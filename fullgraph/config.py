@@ -22,11 +22,14 @@ import dataclasses
 import math
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from fullgraph.errors import ConfigError
 
+#: A field's check: called with the option's name and the field's value (of the field's type).
 Check = Callable[[str, Any], None]
+#: A configuration class (:meth:`Config.from_args` builds one of its own class).
+C = TypeVar("C", bound="Config")
 
 
 def option(
@@ -103,7 +106,10 @@ class Config:
 
     @classmethod
     def add_arguments(
-        cls, parser: argparse.ArgumentParser | Any, *, exclude: Sequence[str] = ()
+        cls,
+        parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+        *,
+        exclude: Sequence[str] = (),
     ) -> None:
         """Add one option per command-line field of ``cls`` to ``parser`` (or a group)."""
         hints = typing.get_type_hints(cls)
@@ -134,7 +140,7 @@ class Config:
             )
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, **overrides: Any) -> Any:
+    def from_args(cls: type[C], args: argparse.Namespace, **overrides: Any) -> C:
         """An instance from the parsed options (fields absent from ``args`` keep defaults)."""
         values = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
@@ -217,7 +223,7 @@ def check_number(
         raise ConfigError(want)
 
 
-def number(**bounds: Any) -> Check:
+def number(**bounds: float | bool) -> Check:
     """A field check: :func:`check_number` with these bounds."""
 
     def check(option: str, value: Any) -> None:

@@ -21,11 +21,19 @@ these). Two metrics:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fullgraph.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    import torch
+
+    #: Labels, predictions or scores: a numpy array (or what ``np.asarray`` takes) or a torch
+    #: tensor (on any device; torch is not imported here).
+    Values = npt.ArrayLike | torch.Tensor
 
 __all__ = [
     "DATASET_METRICS",
@@ -98,7 +106,7 @@ def resolve_metric(metric: str, dataset: str | None, num_classes: int) -> str:
     return metric
 
 
-def accuracy(y_true: Any, y_pred: Any) -> float:
+def accuracy(y_true: Values, y_pred: Values) -> float:
     """Share of ``y_pred == y_true`` (class ids of the same length; 0.0 when empty)."""
     t, p = _numpy(y_true).reshape(-1), _numpy(y_pred).reshape(-1)
     if t.shape != p.shape:
@@ -106,7 +114,7 @@ def accuracy(y_true: Any, y_pred: Any) -> float:
     return float(np.count_nonzero(t == p)) / t.size if t.size else 0.0
 
 
-def roc_auc(y_true: Any, score: Any) -> float:
+def roc_auc(y_true: Values, score: Values) -> float:
     """Area under the ROC curve of binary labels ``y_true`` ranked by ``score``.
 
     The Mann-Whitney statistic: the probability that a random positive scores above a random
@@ -147,7 +155,7 @@ def roc_auc(y_true: Any, score: Any) -> float:
     return u_twice / (2 * n1 * n0)  # Python integers: one correctly rounded division
 
 
-def evaluate(input_dict: dict[str, Any], metric: str) -> dict[str, float]:
+def evaluate(input_dict: dict[str, Values], metric: str) -> dict[str, float]:
     """Score predictions as OGB's ``Evaluator(name).eval(input_dict)`` does.
 
     Args:
@@ -190,14 +198,14 @@ def evaluate(input_dict: dict[str, Any], metric: str) -> dict[str, float]:
     return {metric: float(sum(scores) / len(scores))}
 
 
-def _numpy(a: Any) -> np.ndarray:
+def _numpy(a: Values) -> np.ndarray:
     """A numpy array of ``a`` (a torch tensor is detached and copied to the CPU)."""
     if hasattr(a, "detach"):  # a torch tensor, without importing torch
         a = a.detach().cpu().numpy()
     return np.asarray(a)
 
 
-def _columns(a: Any) -> np.ndarray:
+def _columns(a: Values) -> np.ndarray:
     """``a`` as [n, t]: a 1-D array is one column."""
     arr = _numpy(a)
     if arr.ndim == 1:

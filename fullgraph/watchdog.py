@@ -39,9 +39,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from types import FrameType
+from typing import Protocol
 
 #: Seconds the main thread has to run the SIGTERM handler before the watchdog ends the process.
 TERM_GRACE_S = 2.0
@@ -81,6 +82,36 @@ class Terminated(KeyboardInterrupt):
     """
 
 
+class Launch(Protocol):
+    """What the watchdog reads of the rank's launch: a
+    :class:`~fullgraph.distributed.launch.LaunchInfo` (not imported: it lives above the ground
+    floor)."""
+
+    @property
+    def rank(self) -> int:
+        """Global rank."""
+
+    @property
+    def size(self) -> int:
+        """Ranks in the job."""
+
+    @property
+    def local_size(self) -> int:
+        """Ranks on this node."""
+
+    @property
+    def launcher(self) -> str:
+        """``mpich``, ``openmpi``, ``slurm``, ``torchrun`` or ``none``."""
+
+    def rank_processes(self, parent: int) -> dict[int, tuple[int, str]]:
+        """The other ranks' processes on this node: rank -> (pid, state)."""
+
+
+#: A SIGTERM handler as ``signal.signal`` returns it (a function, ``SIG_DFL`` / ``SIG_IGN``,
+#: or ``None`` for one not installed from Python).
+SignalHandler = Callable[[int, FrameType | None], object] | int | None
+
+
 @dataclass(eq=False)
 class _Phase:
     what: str
@@ -99,7 +130,7 @@ class Watchdog:
 
     def __init__(self, label: str) -> None:
         self.label = label
-        self.info: Any = None  # the LaunchInfo, once attached
+        self.info: Launch | None = None  # once attached
         self.timeout_s: float | None = None
         self.notices = False
         self._pid = os.getpid()
@@ -110,7 +141,7 @@ class Watchdog:
         self._stop = threading.Event()
         self._pipe: tuple[int, int] | None = None
         self._previous_fd = -1
-        self._previous_handler: Any = None
+        self._previous_handler: SignalHandler = None
         self._signals = False
         self._term_at: float | None = None
         self._term_handled = False
@@ -160,7 +191,7 @@ class Watchdog:
         if _ACTIVE is self:
             _ACTIVE = None
 
-    def attach(self, info: Any, timeout_s: float | None, notices: bool = False) -> None:
+    def attach(self, info: Launch, timeout_s: float | None, notices: bool = False) -> None:
         """Tell the watchdog where this process sits in the job once that is known.
 
         Args:

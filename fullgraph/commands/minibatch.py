@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fullgraph.commands.train import MODEL_NOT_KEPT
 from fullgraph.minibatch.config import MinibatchConfig, MinibatchData, ProgressOptions
 from fullgraph.precision import Precision
 from fullgraph.run.command import Command, Job
 from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
+
+if TYPE_CHECKING:
+    from fullgraph.datasets import Graph
 
 #: Run options the baseline has no use for (it keeps no checkpoints); its --force is its own.
 _NO_CHECKPOINTS = ("checkpoint", "checkpoint_every", "resume", "force")
@@ -104,7 +107,7 @@ class MinibatchCommand(Command):
         )
 
 
-def _memory_check(job: Job, graph: Any, config: MinibatchConfig, check: str) -> list[str]:
+def _memory_check(job: Job, graph: Graph, config: MinibatchConfig, check: str) -> list[str]:
     if job.comm.rank != 0:
         return []
     from fullgraph.memory.plan import check_minibatch
@@ -129,7 +132,7 @@ def _train(
 
     job.open_outputs()
 
-    def load_graph() -> Any:
+    def load_graph() -> Graph:
         # the split of --split (default the first), as `fullgraph train`; memory-mapped where
         # the dataset has a processed cache, so that the ranks of a machine share its arrays
         graph = load(data.dataset, data.root, mmap=True, split=data.split)

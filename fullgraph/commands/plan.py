@@ -21,7 +21,7 @@ import argparse
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fullgraph.commands.plan_table import SHORT, PlanOptions, print_fits, size_table
 from fullgraph.config import option
@@ -166,7 +166,7 @@ class OptionsAfter(argparse._SubParsersAction):
         self,
         parser: argparse.ArgumentParser,
         namespace: argparse.Namespace,
-        values: Any,
+        values: list[str],
         option_string: str | None = None,
     ) -> None:
         """Refuse options given before the kind, then parse the kind's own."""

@@ -37,6 +37,7 @@ from fullgraph.training.inference import check_embeddings, check_widths, parse_l
 from fullgraph.training.model_file import ModelFile
 
 if TYPE_CHECKING:
+    from fullgraph.memory.shapes import GraphShape
     from fullgraph.training.inference import Predictor
 
 
@@ -217,7 +218,7 @@ class PredictCommand(Command):
         model = Place(Path(self.options.model), f"--model {self.options.model}", "the model file")
         return [*self.data.inputs(self.parts), model]
 
-    def _memory_check(self, shape: Any, ranks_per_node: int) -> list[str]:
+    def _memory_check(self, shape: GraphShape, ranks_per_node: int) -> list[str]:
         """Rank 0: predict's peak from the sizes (this process's resident memory as the floor,
         no probe) against this machine's memory, as ``--memory-check`` says.
 
@@ -344,7 +345,7 @@ class PredictCommand(Command):
         self,
         job: Job,
         predictor: Predictor,
-        files: dict[str, Any],
+        files: dict[str, tuple[tuple[int, ...], str]],
         summary: dict[str, float],
         ranks: list[dict[str, Any]],
     ) -> dict[str, Any]:

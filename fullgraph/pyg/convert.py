@@ -22,7 +22,7 @@ record in :mod:`~fullgraph.pyg.rule`, their handlers in :mod:`~fullgraph.pyg.han
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -35,8 +35,11 @@ from fullgraph.pyg.rule import Conversion
 from fullgraph.pyg.rules import twin_of
 from fullgraph.pyg.runtime import ModelRun
 
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
-def distribute(model: nn.Module, data: Any, *, precision: str = "32") -> nn.Module:
+
+def distribute(model: nn.Module, data: Data | PartGraph, *, precision: str = "32") -> nn.Module:
     """Convert ``model`` in place to compute this rank's rows of what it computes on one process.
 
     Supported layers are replaced by distributed twins holding the same parameter objects (the
@@ -109,7 +112,7 @@ def distribute(model: nn.Module, data: Any, *, precision: str = "32") -> nn.Modu
     return model
 
 
-def _device_of(data: Any) -> str:
+def _device_of(data: Data | PartGraph) -> str:
     """The device type of the part's rows (``data.x``), where the products run; ``cpu``
     when ``data`` holds no rows."""
     x = getattr(data, "x", None)
@@ -143,7 +146,9 @@ def _agreed_precision(part: PartGraph, requested: object, device: str) -> Precis
     return resolved
 
 
-def _agree(part: PartGraph, refused: ConfigError | None, value: Any = None) -> list[Any]:
+def _agree(
+    part: PartGraph, refused: ConfigError | None, value: str | None = None
+) -> list[str | None]:
     """Raise alike on every rank when any rank refused (a collective with several ranks);
     else return every rank's ``value``, in rank order.
 

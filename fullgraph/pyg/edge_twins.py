@@ -17,8 +17,6 @@ layer kind's edge softmax).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -28,7 +26,7 @@ from fullgraph.distributed.halo import HaloExchange
 from fullgraph.errors import ConfigError
 from fullgraph.kernels.attention_dropout import attention_keep, attention_keys
 from fullgraph.pyg.part_data import SUM, PartGraph
-from fullgraph.pyg.twins import GINConvTwin, _context
+from fullgraph.pyg.twins import Edges, GINConvTwin, _context
 
 
 def _with_halo(
@@ -56,7 +54,11 @@ class GINEConvTwin(GINConvTwin):
         self.lin = conv.lin
 
     def forward(
-        self, x: torch.Tensor, edge_index: Any, edge_attr: Any = None, size: Any = None
+        self,
+        x: torch.Tensor,
+        edge_index: Edges,
+        edge_attr: torch.Tensor | None = None,
+        size: tuple[int, int] | None = None,
     ) -> torch.Tensor:
         """This rank's rows of ``GINEConv(x, edge_index, edge_attr)`` (no bipartite input).
 
@@ -82,7 +84,9 @@ class GINEConvTwin(GINConvTwin):
         return self.nn(out + (1 + self.eps) * x)
 
 
-def _self_loop_attr(e: torch.Tensor, dst: torch.Tensor, rows: int, fill: Any) -> torch.Tensor:
+def _self_loop_attr(
+    e: torch.Tensor, dst: torch.Tensor, rows: int, fill: float | str
+) -> torch.Tensor:
     """The feature rows of the added self-loops, PyG's ``add_self_loops(fill_value=fill)``:
     ``"mean"`` / ``"add"`` of each row's incoming edges (0 for a node without any), or a
     number."""
@@ -124,10 +128,10 @@ class GATConvEdgeTwin(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        edge_index: Any,
-        edge_attr: Any = None,
-        size: Any = None,
-        return_attention_weights: Any = None,
+        edge_index: Edges,
+        edge_attr: torch.Tensor | None = None,
+        size: tuple[int, int] | None = None,
+        return_attention_weights: bool | None = None,
     ) -> torch.Tensor:
         """This rank's rows of ``GATConv(x, edge_index, edge_attr)``.
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,10 +43,15 @@ from fullgraph.models.dropout import hashed_dropout
 from fullgraph.models.mixed_linear import mixed_linear
 
 if TYPE_CHECKING:
+    from fullgraph.pyg.node_rows import TorchFunction
     from fullgraph.pyg.part_data import PartGraph
 
+#: A dropout call's arguments bound to ``(input, p, training, inplace)``; ``input`` is what the
+#: user's code passed (:func:`drop` refuses anything but node rows and parameters).
+Binder = Callable[[tuple, dict[str, Any]], tuple[Any, float, bool, bool]]
 
-def _binder(*names: str) -> Callable[[tuple, dict[str, Any]], tuple[Any, float, bool, bool]]:
+
+def _binder(*names: str) -> Binder:
     """A binder of a dropout call's arguments, named ``names`` (input, p, training[, inplace]),
     to ``(input, p, training, inplace)`` (defaults: ``F.dropout``'s)."""
     defaults = (None, 0.5, True, False)
@@ -63,7 +68,7 @@ def _binder(*names: str) -> Callable[[tuple, dict[str, Any]], tuple[Any, float, 
 
 #: The dropout calls made exact: function -> (name in messages and docs, argument binder,
 #: whether it works in place). ``nn.Dropout`` calls ``F.dropout``.
-DROPOUTS: dict[Any, tuple[str, Callable[..., tuple[Any, float, bool, bool]], bool]] = {
+DROPOUTS: dict[TorchFunction, tuple[str, Binder, bool]] = {
     F.dropout: (
         "torch.nn.functional.dropout",
         _binder("input", "p", "training", "inplace"),
@@ -75,7 +80,7 @@ DROPOUTS: dict[Any, tuple[str, Callable[..., tuple[Any, float, bool, bool]], boo
 
 _T = torch.Tensor
 #: The calls refused in a training pass: they draw from torch's random generator.
-DRAWS: dict[Any, str] = {
+DRAWS: dict[TorchFunction, str] = {
     F.alpha_dropout: "torch.nn.functional.alpha_dropout",
     F.feature_alpha_dropout: "torch.nn.functional.feature_alpha_dropout",
     F.dropout1d: "torch.nn.functional.dropout1d",
@@ -173,7 +178,7 @@ def drop(part: PartGraph, x: torch.Tensor, p: float, training: bool, name: str) 
     return hashed_dropout(rows, ids, p, part.seed, part.step, stream).view_as(x)
 
 
-def mixed_linear_call(args: tuple, kwargs: dict[str, Any], dtype: torch.dtype) -> Any:
+def mixed_linear_call(args: tuple, kwargs: dict[str, Any], dtype: torch.dtype) -> torch.Tensor:
     """``F.linear(input, weight, bias)`` with its product in ``dtype`` (bfloat16: float32
     accumulation, the output widened to float32, bias added in float32) and a float32 backward
     (:func:`~fullgraph.models.mixed_linear.mixed_linear`), when ``input`` and ``weight`` are
@@ -215,7 +220,11 @@ class ForwardCalls(TorchFunctionMode):
         self.row_dtype: torch.dtype | None = part.plan.row_dtype
 
     def __torch_function__(
-        self, func: Any, types: Any, args: tuple = (), kwargs: dict[str, Any] | None = None
+        self,
+        func: TorchFunction,
+        types: Collection[type],
+        args: tuple = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
         if func is F.linear and self.row_dtype is not None:

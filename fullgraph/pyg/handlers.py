@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torch import nn
 
@@ -21,8 +21,20 @@ from fullgraph.pyg.twins import (
     gat_twin_class,
 )
 
+if TYPE_CHECKING:
+    from torch_geometric.nn import (
+        BatchNorm,
+        GATConv,
+        GCNConv,
+        GINConv,
+        GINEConv,
+        GraphConv,
+        LayerNorm,
+        SAGEConv,
+    )
 
-def gcn(path: str, conv: Any, c: Conversion) -> nn.Module:
+
+def gcn(path: str, conv: GCNConv, c: Conversion) -> nn.Module:
     """``GCNConv``: its twin, for Kipf-Welling GCN (normalised, self-loops, sum, in-edges)."""
     check(
         path,
@@ -38,7 +50,7 @@ def gcn(path: str, conv: Any, c: Conversion) -> nn.Module:
     return GCNConvTwin(conv, c.part)
 
 
-def check_sum_flow(path: str, conv: Any) -> None:
+def check_sum_flow(path: str, conv: GINConv | GINEConv) -> None:
     """GIN's and GINE's options: the sum over incoming neighbours only."""
     check(
         path,
@@ -51,7 +63,7 @@ def check_sum_flow(path: str, conv: Any) -> None:
     )
 
 
-def gine(path: str, conv: Any, c: Conversion) -> nn.Module:
+def gine(path: str, conv: GINEConv, c: Conversion) -> nn.Module:
     """``GINEConv``: its twin (the sum over incoming neighbours only)."""
     check_sum_flow(path, conv)
     return GINEConvTwin(conv, c.part)
@@ -61,7 +73,7 @@ def gine(path: str, conv: Any, c: Conversion) -> nn.Module:
 AGGRS = ("mean", "sum", "add", "max")
 
 
-def _check_aggregation(path: str, conv: Any, *others: tuple[str, bool]) -> None:
+def _check_aggregation(path: str, conv: SAGEConv | GraphConv, *others: tuple[str, bool]) -> None:
     """SAGE's and GraphConv's options: an aggregation of :data:`AGGRS`, over incoming
     neighbours, and ``others``."""
     if conv.aggr not in AGGRS:
@@ -72,20 +84,20 @@ def _check_aggregation(path: str, conv: Any, *others: tuple[str, bool]) -> None:
     check(path, conv, (*others, flow), "is not supported")
 
 
-def sage(path: str, conv: Any, c: Conversion) -> nn.Module:
+def sage(path: str, conv: SAGEConv, c: Conversion) -> nn.Module:
     """``SAGEConv``: its twin, for the aggregations that have one (:data:`AGGRS`)."""
     _check_aggregation(path, conv)
     return SAGEConvTwin(conv, c.part)
 
 
-def graphconv(path: str, conv: Any, c: Conversion) -> nn.Module:
+def graphconv(path: str, conv: GraphConv, c: Conversion) -> nn.Module:
     """``GraphConv``: its twin, for the aggregations that have one (:data:`AGGRS`)."""
     bipartite = isinstance(conv.in_channels, tuple)
     _check_aggregation(path, conv, ("bipartite input (a tuple of in_channels)", bipartite))
     return GraphConvTwin(conv, c.part)
 
 
-def gat(path: str, conv: Any, c: Conversion) -> nn.Module:
+def gat(path: str, conv: GATConv, c: Conversion) -> nn.Module:
     """``GATConv``: its twin (with edge features: the edge twin), its attention index counted."""
     if conv.edge_dim is not None:
         return gat_edges(path, conv, c)
@@ -109,7 +121,7 @@ def gat(path: str, conv: Any, c: Conversion) -> nn.Module:
     return gat_twin_class()(conv, c.part, c.gat_count - 1)
 
 
-def gat_edges(path: str, conv: Any, c: Conversion) -> nn.Module:
+def gat_edges(path: str, conv: GATConv, c: Conversion) -> nn.Module:
     """``GATConv`` with edge features: its edge twin."""
     fill = conv.fill_value
     check(
@@ -131,13 +143,13 @@ def gat_edges(path: str, conv: Any, c: Conversion) -> nn.Module:
     return GATConvEdgeTwin(conv, c.part, c.gat_count - 1)
 
 
-def gin(path: str, conv: Any, c: Conversion) -> nn.Module:
+def gin(path: str, conv: GINConv, c: Conversion) -> nn.Module:
     """``GINConv``: its twin (the sum over incoming neighbours only)."""
     check_sum_flow(path, conv)
     return GINConvTwin(conv, c.part)
 
 
-def batch_norm(path: str, bn: Any, c: Conversion) -> nn.Module:
+def batch_norm(path: str, bn: nn.BatchNorm1d | nn.SyncBatchNorm, c: Conversion) -> nn.Module:
     """``BatchNorm1d``: its twin (statistics over every rank's rows)."""
     check(
         path,
@@ -152,21 +164,21 @@ def batch_norm(path: str, bn: Any, c: Conversion) -> nn.Module:
     return BatchNormTwin(bn, c.part)
 
 
-def dropout(path: str, module: Any, c: Conversion) -> nn.Module:
+def dropout(path: str, module: nn.Dropout, c: Conversion) -> nn.Module:
     """``Dropout``: the hashed dropout, keyed by node."""
     if not 0.0 <= module.p < 1.0:
         raise refuse(path, module, f"p={module.p}: the drop probability must be below 1")
     return HashedDropout(module.p)
 
 
-def pyg_batch_norm(path: str, module: Any, c: Conversion) -> bool:
+def pyg_batch_norm(path: str, module: BatchNorm, c: Conversion) -> bool:
     """PyG's ``BatchNorm``: kept, its ``BatchNorm1d`` looked at."""
     if module.allow_single_element:
         raise refuse(path, module, "allow_single_element=True is not supported")
     return True
 
 
-def pyg_layer_norm(path: str, module: Any, c: Conversion) -> bool:
+def pyg_layer_norm(path: str, module: LayerNorm, c: Conversion) -> bool:
     """PyG's ``LayerNorm``: kept in ``mode='node'`` (each node on its own)."""
     if module.mode != "node":
         raise refuse(
@@ -177,14 +189,16 @@ def pyg_layer_norm(path: str, module: Any, c: Conversion) -> bool:
     return False
 
 
-def per_row(path: str, module: Any, c: Conversion) -> bool:
+def per_row(path: str, module: nn.LayerNorm | nn.RMSNorm, c: Conversion) -> bool:
     """torch's ``LayerNorm`` / ``RMSNorm``: kept over the feature width alone."""
     if len(module.normalized_shape) != 1:
         raise refuse(path, module, "normalized_shape must be the feature width alone")
     return False
 
 
-def softmax(path: str, module: Any, c: Conversion) -> bool:
+def softmax(
+    path: str, module: nn.Softmax | nn.Softmin | nn.LogSoftmax | nn.GLU, c: Conversion
+) -> bool:
     """``Softmax``, ``Softmin``, ``LogSoftmax``, ``GLU``: kept over the feature axis."""
     if module.dim not in (None, -1, 1):
         raise refuse(path, module, f"dim={module.dim} mixes nodes (use dim=-1)")

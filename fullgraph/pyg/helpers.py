@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +22,11 @@ from fullgraph.pyg.node_rows import plain
 from fullgraph.pyg.part_data import part_graph_of
 from fullgraph.pyg.runtime import active_part
 
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
-def loss(out: torch.Tensor, data: Any, mask: torch.Tensor | None = None) -> torch.Tensor:
+
+def loss(out: torch.Tensor, data: Data, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Cross-entropy of the nodes of ``mask`` over all ranks (a collective).
 
     ``F.cross_entropy(out[mask], y[mask])`` of one process: this rank's nodes are summed and
@@ -50,7 +53,7 @@ def loss(out: torch.Tensor, data: Any, mask: torch.Tensor | None = None) -> torc
     return GlobalValue.apply(share, value)
 
 
-def accuracy(out: torch.Tensor, data: Any, mask: torch.Tensor) -> float:
+def accuracy(out: torch.Tensor, data: Data, mask: torch.Tensor) -> float:
     """Share of the nodes of ``mask`` on all ranks whose prediction is right (a collective).
 
     Args:

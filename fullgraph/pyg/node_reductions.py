@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 import torch.nn.functional as F
 
-from fullgraph.pyg.node_rows import RULES, Call, NodeRows, plain, tag
+from fullgraph.pyg.node_rows import RULES, Call, NodeRows, Rule, TorchFunction, plain, tag
 
 if TYPE_CHECKING:
     from fullgraph.pyg.part_data import PartGraph
 
-Rule = Callable[[Call], Any]
+#: A reduction's ``dim`` argument: one dim, several, or ``None`` (every dim).
+Dims = int | Sequence[int] | None
 
 
 class GlobalValue(torch.autograd.Function):
@@ -59,7 +60,7 @@ def all_sum(part: PartGraph, *values: torch.Tensor) -> list[torch.Tensor]:
     return out
 
 
-def _dims(x: torch.Tensor, dim: Any) -> tuple[int, ...] | None:
+def _dims(x: torch.Tensor, dim: Dims) -> tuple[int, ...] | None:
     """``dim`` as non-negative dims of ``x`` (``None``: every dim)."""
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
         return None
@@ -68,7 +69,7 @@ def _dims(x: torch.Tensor, dim: Any) -> tuple[int, ...] | None:
     return tuple(int(d) % n for d in dims)
 
 
-def over_nodes(call: Call, x: torch.Tensor, dim: Any) -> bool:
+def over_nodes(call: Call, x: torch.Tensor, dim: Dims) -> bool:
     """Whether reducing ``x`` over ``dim`` reduces over its nodes (refused: a dim of a tensor
     whose node axis was moved away from dim 0)."""
     dims = _dims(x, dim)
@@ -84,7 +85,7 @@ def _count(x: torch.Tensor, dims: tuple[int, ...] | None) -> int:
 
 
 def _sum_like(mean: bool, nan: bool = False) -> Rule:
-    def rule(call: Call) -> Any:
+    def rule(call: Call) -> torch.Tensor:
         x, dim = call.arg(0, "input"), call.arg(1, "dim")
         if not over_nodes(call, x, dim):
             return call.kept()
@@ -107,11 +108,11 @@ def _sum_like(mean: bool, nan: bool = False) -> Rule:
     return rule
 
 
-def _dim_kw(dim: Any, keepdim: bool) -> dict[str, Any]:
+def _dim_kw(dim: Dims, keepdim: bool) -> dict[str, Dims | bool]:
     return {} if dim is None else {"dim": dim, "keepdim": keepdim}
 
 
-def _count_nonzero(call: Call) -> Any:
+def _count_nonzero(call: Call) -> torch.Tensor:
     x, dim = call.arg(0, "input"), call.arg(1, "dim")
     if not over_nodes(call, x, dim):
         return call.kept()
@@ -120,7 +121,7 @@ def _count_nonzero(call: Call) -> Any:
 
 
 def _any_all(every: bool) -> Rule:
-    def rule(call: Call) -> Any:
+    def rule(call: Call) -> torch.Tensor:
         x, dim = call.arg(0, "input"), call.arg(1, "dim")
         if not over_nodes(call, x, dim):
             return call.kept()
@@ -164,7 +165,7 @@ def _extreme(largest: bool, values_only: bool) -> Rule:
     return rule
 
 
-def _bincount(call: Call) -> Any:
+def _bincount(call: Call) -> torch.Tensor:
     weights = call.arg(1, "weights")
     if isinstance(weights, torch.Tensor) and weights.requires_grad:
         raise call.refuse("with weights that need a gradient")
@@ -176,7 +177,7 @@ def _bincount(call: Call) -> Any:
     return all_sum(call.part, local)[0].to(local.dtype)
 
 
-def _one_hot(call: Call) -> Any:
+def _one_hot(call: Call) -> torch.Tensor:
     x, classes = call.arg(0, "tensor"), call.arg(1, "num_classes", -1)
     if classes == -1:
         px = plain(x)
@@ -185,7 +186,7 @@ def _one_hot(call: Call) -> Any:
     return tag(F.one_hot(plain(x), classes), call.part, call.rows)
 
 
-def _squeeze(call: Call) -> Any:
+def _squeeze(call: Call) -> torch.Tensor:
     x, dim = call.arg(0, "input"), call.arg(1, "dim")
     if dim is not None or not call.rows or x.dim() == 0:
         return call.kept(rows=call.rows and _dims(x, dim) != (0,))
@@ -223,7 +224,7 @@ _LOSSES = {
 }
 
 
-def _loss(call: Call) -> Any:
+def _loss(call: Call) -> torch.Tensor:
     bound = inspect.signature(call.func).bind(*call.args, **call.kwargs)
     bound.apply_defaults()
     a = bound.arguments
@@ -257,7 +258,7 @@ def _loss(call: Call) -> Any:
     return global_value(share, total / counts)
 
 
-def _refused(dim_at: int, default: Any = None, *, always: bool = False) -> Rule:
+def _refused(dim_at: int, default: int | None = None, *, always: bool = False) -> Rule:
     """A refusal when the call reduces over the nodes (``dim_at``: position of its dim)."""
 
     def rule(call: Call) -> Any:
@@ -272,7 +273,7 @@ def _refused(dim_at: int, default: Any = None, *, always: bool = False) -> Rule:
     return rule
 
 
-def _softmax(call: Call) -> Any:
+def _softmax(call: Call) -> torch.Tensor:
     x, dim = call.arg(0, "input"), call.arg(1, "dim")
     if dim is None:
         dim = 0 if x.dim() in (0, 1, 3) else 1  # torch's implicit choice
@@ -281,7 +282,7 @@ def _softmax(call: Call) -> Any:
     return call.kept()
 
 
-def _product(call: Call) -> Any:
+def _product(call: Call) -> torch.Tensor:
     """``a @ b``: node rows may only be the rows of ``a`` (``out @ W``)."""
     first, rest = call.args[0], call.args[1:]
     if any(isinstance(t, NodeRows) for t in rest) or (
@@ -291,11 +292,11 @@ def _product(call: Call) -> Any:
     return call.kept()
 
 
-def _number(call: Call) -> Any:
+def _number(call: Call) -> NoReturn:
     raise call.refuse("reads one node's value")
 
 
-def _both(name: str) -> list[Any]:
+def _both(name: str) -> list[TorchFunction]:
     return [f for f in (getattr(torch, name, None), getattr(torch.Tensor, name, None)) if f]
 
 

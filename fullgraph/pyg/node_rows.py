@@ -28,21 +28,33 @@ model's forward pass never sees the tag (its inputs are unwrapped), so it costs 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import torch
 
 from fullgraph.errors import ConfigError
 
 if TYPE_CHECKING:
+    from torch import nn
+    from torch_geometric.data import Data
+
     from fullgraph.pyg.part_data import PartGraph
 
-#: The fix a refusal names.
+#: A torch function or method as ``__torch_function__`` receives it (``torch.sum``,
+#: ``Tensor.__getitem__``, ``F.nll_loss``, a property's ``__get__``); it returns whatever that
+#: call returns (a tensor, a tuple of them, a number).
+TorchFunction = Callable[..., Any]
+
+#: A rule over node rows: what the call returns over every rank (the torch call's result: a
+#: tensor, or a tuple of them for ``max`` / ``sort`` over a dim), or it raises the refusal.
+Rule = Callable[["Call"], Any]
+
 #: torch function or method -> its rule over node rows, filled by
 #: :mod:`~fullgraph.pyg.node_reductions` when it is imported (``fullgraph.pyg`` imports it).
-RULES: dict[Any, Callable[[Call], Any]] = {}
+RULES: dict[TorchFunction, Rule] = {}
 
+#: The fix a refusal names.
 FIX = (
     "use pyg.loss(out, data) / pyg.accuracy(out, data, mask), or sum / mean / a "
     "torch.nn.functional loss (made exact over the ranks)"
@@ -62,7 +74,11 @@ class NodeRows(torch.Tensor):
 
     @classmethod
     def __torch_function__(
-        cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+        cls,
+        func: TorchFunction,
+        types: Collection[type],
+        args: tuple = (),
+        kwargs: dict | None = None,
     ) -> Any:
         """Dispatch ``func``: global reduction, refusal, or the plain call with the tag kept."""
         kwargs = kwargs or {}
@@ -70,7 +86,7 @@ class NodeRows(torch.Tensor):
             return cls._dispatch(func, args, kwargs)
 
     @classmethod
-    def _dispatch(cls, func: Any, args: tuple, kwargs: dict) -> Any:
+    def _dispatch(cls, func: TorchFunction, args: tuple, kwargs: dict) -> Any:
         tagged = [t for t in _tensors(args, kwargs) if isinstance(t, NodeRows)]
         if not tagged:
             return func(*args, **kwargs)
@@ -86,7 +102,7 @@ class NodeRows(torch.Tensor):
             raise refusal(name_of(func), "turns node rows into one value")
         return _retag(result, part, rows)
 
-    def __reduce_ex__(self, protocol: Any) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
         """Pickle (``torch.save``) as a plain tensor: the tag holds the communicator."""
         return plain(self).__reduce_ex__(protocol)
 
@@ -108,7 +124,9 @@ class Call:
         rows: every tagged argument has its node axis at dim 0.
     """
 
-    def __init__(self, func: Any, args: tuple, kwargs: dict, part: PartGraph, rows: bool) -> None:
+    def __init__(
+        self, func: TorchFunction, args: tuple, kwargs: dict, part: PartGraph, rows: bool
+    ) -> None:
         self.func, self.args, self.kwargs, self.part, self.rows = func, args, kwargs, part, rows
 
     @property
@@ -150,7 +168,7 @@ def refusal(name: str, why: str) -> ConfigError:
     return error
 
 
-def name_of(func: Any) -> str:
+def name_of(func: TorchFunction) -> str:
     """``func`` as a script names it."""
     name = getattr(func, "__name__", None) or repr(func)
     module = getattr(func, "__module__", None) or ""
@@ -183,7 +201,7 @@ def plain(t: Any) -> Any:
     return t
 
 
-def plain_call(func: Any, args: tuple, kwargs: dict) -> Any:
+def plain_call(func: TorchFunction, args: tuple, kwargs: dict) -> Any:
     """``func`` on plain tensors (the result holds no tag)."""
     with torch._C.DisableTorchFunctionSubclass():
         return func(*plain(args), **plain(kwargs))
@@ -203,11 +221,11 @@ def tag_outputs(output: Any, part: PartGraph) -> Any:
     return output
 
 
-def watch(model: Any, data: Any, part: PartGraph) -> None:
+def watch(model: nn.Module, data: Data | PartGraph, part: PartGraph) -> None:
     """Tag the outputs of converted ``model`` and ``data``'s labels and masks as node rows of
     ``part``; the model's forward pass receives its inputs untagged (no dispatch inside)."""
 
-    def unwrap(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def unwrap(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         return plain(args), plain(kwargs)
 
     model.register_forward_pre_hook(unwrap, with_kwargs=True)
@@ -301,7 +319,9 @@ _LAYOUT |= {getattr(torch.Tensor, n).__get__ for n in ("T", "mT", "H", "mH")}
 _UNTAGGED_PREFIX = ("new_",)
 
 
-def _rows_after(func: Any, args: tuple, tagged: list[NodeRows], result: Any) -> bool | None:
+def _rows_after(
+    func: TorchFunction, args: tuple, tagged: list[NodeRows], result: Any
+) -> bool | None:
     """Whether ``result`` of ``func`` keeps dim 0 as the node axis; ``None``: no tag at all."""
     rows = all(t.fullgraph_rows for t in tagged)
     name = getattr(func, "__name__", "")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,6 +29,9 @@ from fullgraph.pyg.process import alike, communicator
 from fullgraph.pyg.sources import graph_of, part_of_graph
 from fullgraph.training.assembly import part_tensors, rank_context
 from fullgraph.watchdog import phase
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 
 class PartGraph:
@@ -113,7 +116,7 @@ class PartGraph:
         """Incoming edges of this rank's inner nodes."""
         return int(self.part.num_edges)
 
-    def size(self, dim: int | None = None) -> Any:
+    def size(self, dim: int | None = None) -> torch.Size | int:
         """``(2, num_edges)`` like an ``edge_index`` tensor (PyG's ``num_edges`` asks this)."""
         shape = (2, self.num_edges)
         return torch.Size(shape) if dim is None else shape[dim]
@@ -139,7 +142,7 @@ class PartGraph:
             self._edge_list[device] = (src.to(device), dst.to(device))
         return self._edge_list[device]
 
-    def check_edge_values(self, given: Any, name: str, where: str) -> torch.Tensor:
+    def check_edge_values(self, given: torch.Tensor, name: str, where: str) -> torch.Tensor:
         """``given`` checked to be the part's ``name`` (``edge_weight`` / ``edge_attr``), in any
         floating dtype: the same values on the same edges (checked once per tensor version).
 
@@ -247,7 +250,7 @@ class PartAdjT:
         """Whether the part carries edge weights (the values of a weighted ``adj_t``)."""
         return self.graph.edge_values("edge_weight") is not None
 
-    def size(self, dim: int | None = None) -> Any:
+    def size(self, dim: int | None = None) -> torch.Size | int:
         """As :meth:`PartGraph.size`."""
         return self.graph.size(dim)
 
@@ -259,7 +262,7 @@ SUM = "gin"
 
 
 def load_part(
-    source: str | os.PathLike[str] | Graph | Any,
+    source: str | os.PathLike[str] | Graph | Data,
     comm: Communicator | None = None,
     *,
     seed: int = 0,
@@ -268,7 +271,7 @@ def load_part(
     quiet: bool = True,
     timeout: float = 300.0,
     transport: str = "auto",
-) -> Any:
+) -> Data:
     """This rank's part of a graph as a PyG ``Data`` object (a collective: every rank calls it).
 
     Args:
@@ -353,7 +356,7 @@ def _load_dir(source: str | os.PathLike[str], comm: Communicator) -> Partition:
     return load_partition(opened, comm.rank)
 
 
-def part_graph_of(data: Any, where: str) -> PartGraph:
+def part_graph_of(data: Data | PartGraph, where: str) -> PartGraph:
     """The :class:`PartGraph` of ``data`` (from :func:`load_part`).
 
     Raises:

@@ -29,7 +29,8 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
 
 from fullgraph.errors import (
     FullgraphError,
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
     from fullgraph.distributed import Communicator
 
 T = TypeVar("T")
+#: ``sys.excepthook``'s type.
+ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
 
 #: ``True`` once :func:`set_defaults` found GNU OpenMP already loaded (too late for its policy).
 _OPENMP_LOADED_FIRST = False
@@ -96,11 +99,13 @@ class _ScriptFailures:
     """``sys.excepthook`` of a script's process (:func:`end_on_errors`); one per process, its
     communicator set once the rank has one."""
 
-    def __init__(self, previous: Callable[..., Any], rank: int, size: int) -> None:
+    def __init__(self, previous: ExceptHook, rank: int, size: int) -> None:
         self.previous, self.rank, self.size = previous, rank, size
         self.comm: Communicator | None = None
 
-    def __call__(self, kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    def __call__(
+        self, kind: type[BaseException], value: BaseException, tb: TracebackType | None
+    ) -> None:
         from fullgraph.distributed.faults import abort_job
 
         alike = bool(getattr(value, "alike", False)) or is_replicated(value)

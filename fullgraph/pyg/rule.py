@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import nn
 
@@ -26,9 +27,11 @@ class Conversion:
     gat_count: int = 0
 
 
-#: What a rule's handler returns: the twin, ``True`` (keep, look at the children) or ``False``
-#: (keep as it is). It raises :class:`~fullgraph.errors.ConfigError` to refuse.
-Handler = Callable[[str, nn.Module, Conversion], "nn.Module | bool"]
+#: A rule's handler: called with the module's path, the module and the conversion, it returns
+#: the twin, ``True`` (keep, look at the children) or ``False`` (keep as it is), and raises
+#: :class:`~fullgraph.errors.ConfigError` to refuse. The module is of the rule's own classes
+#: (``GCNConv`` for ``gcn``, ...): one type per rule, which one ``Callable`` type cannot name.
+Handler = Callable[[str, Any, Conversion], "nn.Module | bool"]
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ class ModelRun:
         model.register_forward_pre_hook(self._before)
         model.register_forward_hook(self._after, always_call=True)
 
-    def _before(self, module: nn.Module, args: Any) -> None:
+    def _before(self, module: nn.Module, args: tuple) -> None:
         if module.training:
             self.part.step += 1
         self.part.stream = 0
@@ -91,7 +91,7 @@ class ModelRun:
         calls.__enter__()
         self._calls.append(calls)
 
-    def _after(self, module: nn.Module, args: Any, output: Any) -> Any:
+    def _after(self, module: nn.Module, args: tuple, output: Any) -> Any:
         if self._calls:
             self._calls.pop().__exit__(None, None, None)
         if _ACTIVE and _ACTIVE[-1] is self.part:

@@ -21,7 +21,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +30,8 @@ from fullgraph.datasets.pyg_input import describe, graph_of
 from fullgraph.errors import ConfigError
 
 if TYPE_CHECKING:
+    from torch_geometric.data import Data
+
     from fullgraph.distributed import Communicator
     from fullgraph.partition import Partition
 
@@ -43,7 +45,7 @@ IN_PROCESS_NOTE = (
 
 
 def partition(
-    data: Any,
+    data: Data | Graph,
     parts: int,
     out: str | os.PathLike[str],
     *,

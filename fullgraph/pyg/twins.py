@@ -30,7 +30,7 @@ computes on the whole graph:
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 import torch.nn.functional as F
@@ -41,14 +41,21 @@ from fullgraph.models.context import GraphContext
 from fullgraph.models.layers import LayerOptions, layer_class
 from fullgraph.models.norm import GraphBatchNorm
 from fullgraph.pyg.helpers import dropout
-from fullgraph.pyg.part_data import SUM, PartGraph
+from fullgraph.pyg.part_data import SUM, PartAdjT, PartGraph
+
+if TYPE_CHECKING:
+    from fullgraph.distributed import Communicator
+
+#: What a twin takes as ``edge_index``: ``data.edge_index`` or ``data.adj_t`` of its part
+#: (anything else is refused by :func:`_context`).
+Edges = PartGraph | PartAdjT
 
 
 def _context(
     twin: nn.Module,
     kind: str,
-    x: Any,
-    edge_index: Any,
+    x: torch.Tensor,
+    edge_index: Edges,
     *,
     options: LayerOptions | None = None,
     unweighted_adj: bool = False,
@@ -107,7 +114,7 @@ def _aggregate_by(
     aggr: str,
     x: torch.Tensor,
     src: torch.Tensor,
-    edge_index: Any,
+    edge_index: Edges,
     lin: nn.Module,
     **unused: Any,
 ) -> torch.Tensor:
@@ -169,7 +176,7 @@ class GCNConvTwin(nn.Module):
         self._part = part
 
     def forward(
-        self, x: torch.Tensor, edge_index: Any, edge_weight: torch.Tensor | None = None
+        self, x: torch.Tensor, edge_index: Edges, edge_weight: torch.Tensor | None = None
     ) -> torch.Tensor:
         """This rank's rows of ``GCNConv(x, edge_index, edge_weight)``.
 
@@ -215,7 +222,9 @@ class SAGEConvTwin(nn.Module):
             self.lin_r = conv.lin_r
         self._part = part
 
-    def forward(self, x: torch.Tensor, edge_index: Any, size: Any = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, edge_index: Edges, size: tuple[int, int] | None = None
+    ) -> torch.Tensor:
         """This rank's rows of ``SAGEConv(x, edge_index)`` (no bipartite input)."""
         linear = _float32 if self.aggr == "max" else _apply
         src = linear(x, self.lin).relu() if self.project else x
@@ -247,7 +256,11 @@ class GraphConvTwin(nn.Module):
         self._part = part
 
     def forward(
-        self, x: torch.Tensor, edge_index: Any, edge_weight: Any = None, size: Any = None
+        self,
+        x: torch.Tensor,
+        edge_index: Edges,
+        edge_weight: torch.Tensor | None = None,
+        size: tuple[int, int] | None = None,
     ) -> torch.Tensor:
         """This rank's rows of ``GraphConv(x, edge_index)`` (no edge weights, no bipartite
         input)."""
@@ -287,7 +300,9 @@ class GINConvTwin(nn.Module):
             self.register_buffer("eps", conv.eps)
         self._part = part
 
-    def forward(self, x: torch.Tensor, edge_index: Any, size: Any = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, edge_index: Edges, size: tuple[int, int] | None = None
+    ) -> torch.Tensor:
         """This rank's rows of ``GINConv(x, edge_index)`` (no bipartite input)."""
         ctx = _context(self, SUM, x, edge_index, size=size)
         return self.nn(ctx.aggregate(x) + (1 + self.eps) * x)
@@ -300,7 +315,7 @@ class TrimToLayerTwin(nn.Module):
     """PyG's ``TrimToLayer`` (every ``BasicGNN`` holds one): called only for sampled
     subgraphs (``num_sampled_nodes_per_hop``), which a full graph part is not."""
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Refuse: the model was given the sampled-subgraph arguments.
 
         Raises:
@@ -354,10 +369,10 @@ def gat_twin_class() -> type[nn.Module]:
         def forward(  # type: ignore[override]
             self,
             x: torch.Tensor,
-            edge_index: Any,
-            edge_attr: Any = None,
-            size: Any = None,
-            return_attention_weights: Any = None,
+            edge_index: Edges,
+            edge_attr: torch.Tensor | None = None,
+            size: tuple[int, int] | None = None,
+            return_attention_weights: bool | None = None,
         ) -> torch.Tensor:
             """This rank's rows of ``GATConv(x, edge_index)``."""
             ctx = _context(
@@ -390,7 +405,7 @@ class BatchNormTwin(GraphBatchNorm):
         part: the rank's part.
     """
 
-    def __init__(self, bn: nn.BatchNorm1d, part: PartGraph) -> None:
+    def __init__(self, bn: nn.BatchNorm1d | nn.SyncBatchNorm, part: PartGraph) -> None:
         super().__init__(bn.num_features, eps=bn.eps, momentum=bn.momentum)
         self.weight, self.bias = bn.weight, bn.bias
         self.running_mean, self.running_var = bn.running_mean, bn.running_var
@@ -398,7 +413,9 @@ class BatchNormTwin(GraphBatchNorm):
         self.num_features = bn.num_features
         self._part = part
 
-    def forward(self, x: torch.Tensor, comm: Any = None) -> torch.Tensor:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        self, x: torch.Tensor, comm: Communicator | None = None
+    ) -> torch.Tensor:
         """Normalise this rank's node rows ``x``."""
         self._part.check_rows(x, type(self).__name__)
         return super().forward(x, self._part.comm)

@@ -175,11 +175,11 @@ class Command:
             print(f"fullgraph {self.name}: {note}", file=sys.stderr, flush=True)
         return precision
 
-    def run(self, job: Job) -> Any:
+    def run(self, job: Job) -> dict[str, Any]:
         """The command's work on this rank."""
         raise NotImplementedError
 
-    def execute(self) -> Any:
+    def execute(self) -> dict[str, Any]:
         """Run the command on this rank with the shared scaffold; returns what :meth:`run`
         returned."""
         from fullgraph.resources import process_defaults
@@ -206,7 +206,7 @@ class Command:
         )
         job = Job(self.name, comm, info, threads, self.device, self.io, self.writes_model)
 
-        def body() -> Any:
+        def body() -> dict[str, Any]:
             try:
                 result = self.run(job)
             except BaseException:

@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch.optim.adam import adam as adam_update
 
 from fullgraph.errors import ConfigError
+
+
+class ParamGroup(TypedDict, total=False):
+    """One parameter group of :class:`Adam`: its parameters and L2 weight decay (default 0)."""
+
+    params: Iterable[torch.Tensor]
+    weight_decay: float
+
 
 #: Learning-rate schedules of :func:`scheduled_lr`.
 SCHEDULES = ("constant", "cosine")
@@ -64,7 +72,7 @@ class Adam:
 
     def __init__(
         self,
-        groups: Iterable[dict[str, Any]],
+        groups: Iterable[ParamGroup],
         lr: float,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,

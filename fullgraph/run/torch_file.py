@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -203,7 +203,7 @@ def named_values(obj: object, prefix: str = "") -> dict[str, torch.Tensor | floa
     return out
 
 
-def value_problem(found: Any, expected: Any = None) -> str | None:
+def value_problem(found: Any, expected: torch.Tensor | float | None = None) -> str | None:
     """Why ``found`` cannot stand for ``expected`` (a tensor or float), else ``None``.
 
     A tensor must have ``expected``'s dtype and shape (when ``expected`` is given) and hold no
@@ -232,7 +232,7 @@ def value_problem(found: Any, expected: Any = None) -> str | None:
 
 def check_values(
     found: dict[str, Any],
-    expected: dict[str, Any] | None = None,
+    expected: Mapping[str, torch.Tensor | float] | None = None,
     *,
     where: str | Path,
     what: str = "parameter",
