@@ -26,7 +26,7 @@ from fullgraph.errors import (
     out_of_memory,
 )
 from fullgraph.resources import process_defaults
-from fullgraph.watchdog import Terminated, Watchdog
+from fullgraph.watchdog import Terminated, Watchdog, end_by_sigterm, launched_ranks
 
 #: (module, name, summary) of every subcommand, in the order ``--help`` lists them.
 SUBCOMMANDS: list[tuple[str, str, str]] = [
@@ -156,7 +156,11 @@ def _replicated_prefix(exc: BaseException) -> str | None:
 def _terminated(label: str) -> int:
     """Print the SIGTERM line; returns its exit status."""
     print(f"{label}: terminated (SIGTERM)", file=sys.stderr)
-    return 128 + signal.SIGTERM
+    return TERMINATED
+
+
+#: The exit status of a process ended by SIGTERM.
+TERMINATED = 128 + signal.SIGTERM
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -165,8 +169,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     SIGTERM is handled like SIGINT from the first line on, imports included: clean-ups run,
     one line is printed, the exit status is ``128 + signal``. The process watchdog
     (:mod:`fullgraph.watchdog`) is installed first: it honours SIGTERM while the main thread is
-    in native code, bounds the start-up phases and ends a rank whose launcher died.
+    in native code, bounds the start-up phases and ends a rank whose launcher died. A rank of a
+    job of several that reaches the end here after SIGTERM has not ended the job through MPI
+    (training's own SIGTERM path does, with ``MPI_Abort``; before MPI is up nothing can): it
+    dies of SIGTERM after its line and clean-ups, so that its launcher ends the other ranks
+    (MPICH's hydra ends a job at once when a rank dies of a signal, but leaves the others
+    waiting in MPI initialisation, up to ``--timeout``, when it exits with a status).
     """
+    code = _main(argv)
+    if code == TERMINATED and launched_ranks() > 1:
+        end_by_sigterm()
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    """:func:`main` up to the end of the command: its exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     chosen = _chosen(argv)
     label = f"fullgraph {chosen}" if chosen in {n for _, n, _ in SUBCOMMANDS} else "fullgraph"

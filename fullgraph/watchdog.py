@@ -363,7 +363,40 @@ class Watchdog:
             time.sleep(FLUSH_GRACE_S)
             threading.Thread(target=mpi.COMM_WORLD.Abort, args=(code,), daemon=True).start()
             time.sleep(ABORT_WAIT_S)
+        if code == 128 + signal.SIGTERM and max(self._size(), launched_ranks()) > 1:
+            end_by_sigterm()  # MPI not up (or its abort did not return): the launcher ends it
         os._exit(code)
+
+
+#: The variables that give the size of the job a launcher started this process in (MPICH
+#: and ``srun --mpi=pmi2``, Open MPI, torchrun; ``srun``'s own when in a job step), as
+#: :mod:`fullgraph.distributed.launch` reads them.
+SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE")
+
+
+def launched_ranks() -> int:
+    """The number of ranks of the job this process was launched in, read from the launcher's
+    environment without importing anything (SIGTERM may land while torch imports); 1 without
+    a launcher or for a value that is not a number."""
+    names = SIZE_VARIABLES + (("SLURM_NTASKS",) if "SLURM_STEP_ID" in os.environ else ())
+    sizes = [os.environ.get(name, "") for name in names]
+    return max([int(v) for v in sizes if v.strip().isdigit()], default=1)
+
+
+def end_by_sigterm() -> None:
+    """End this process by SIGTERM itself (its default action), after stderr is flushed.
+
+    For a rank of a job of several that took SIGTERM and could not end the job through MPI:
+    MPICH's hydra ends a job at once when one of its ranks dies of a signal, but when a rank
+    exits with a status before MPI is initialised, the other ranks wait in MPI initialisation
+    up to ``--timeout``. Returns only if the signal is not delivered within a second.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1.0)
 
 
 def _mpi_active() -> bool:

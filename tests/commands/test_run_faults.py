@@ -360,6 +360,30 @@ def test_a_signalled_rank_ends_the_whole_job(signum: int, small_partitions, tmp_
     wait_until(lambda: all(gone(p) for p in ranks.values()), 10, "every rank to end")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_sigterm_on_one_rank_during_start_up_ends_the_job(small_partitions) -> None:
+    """SIGTERM on rank 1 as soon as it has its handler (still importing torch, MPI not up, so
+    no MPI_Abort can end the job): rank 1 prints its line and dies of the signal, and the
+    launcher ends rank 0, which would otherwise wait in MPI initialisation up to --timeout."""
+    cmd = mpi_command(2, ["-m", "fullgraph.cli", *_train_job(small_partitions[2])])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    ranks = rank_pids(proc.pid, 2)
+    try:
+        wait_until(lambda: handles_sigterm(ranks[1]) or proc.poll() is not None, 60, "handler")
+        os.kill(ranks[1], signal.SIGTERM)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        for pid in [proc.pid, *ranks.values()]:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode != 0 and time.monotonic() - t0 < 30, err
+    assert "fullgraph train: terminated (SIGTERM)" in err and "Traceback" not in err, err
+    wait_until(lambda: all(gone(p) for p in ranks.values()), 10, "every rank to end")
+
+
 def _train_job(parts: Path, *options: str) -> list[str]:
     return ["train", "--parts", str(parts), "--quiet", "--epochs", "1000000", *options]
 
