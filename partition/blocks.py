@@ -156,7 +156,8 @@ def _top_parts(graph: Graph, target: int) -> int:
     """How many top parts (a power of two) balance training nodes and edges besides nodes: at
     most :data:`MAX_TOP_PARTS`, each with at least :data:`TOP_PART_LEAST` blocks and training
     nodes."""
-    limit = min(MAX_TOP_PARTS, target // TOP_PART_LEAST, int(graph.train_mask.sum()) // 8)
+    train = int(graph.train_mask.sum())
+    limit = min(MAX_TOP_PARTS, target // TOP_PART_LEAST, train // TOP_PART_LEAST)
     k = 1
     while 2 * k <= limit:
         k *= 2
