@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fullgraph.distributed.halo import HaloAggregate, HaloExchange, HaloPlan, SplitOperator
+from fullgraph.distributed.halo import HaloAggregate, HaloPlan, SplitOperator
+from fullgraph.distributed.ordered_max import HaloMax
 from fullgraph.distributed.receptive_field import LayerGraph
 from fullgraph.distributed.tree_sum import BlockLayout
-from fullgraph.kernels import CSRMatrix, segment_max
+from fullgraph.kernels import CSRMatrix
 from fullgraph.precision import Precision
 
 
@@ -80,11 +81,11 @@ class GraphContext:
         """The maximum of ``h`` over every inner node's incoming neighbours, per column (0 for
         a node without any), differentiable.
 
-        The halo rows of ``h`` come from their owners
-        (:class:`~fullgraph.distributed.halo.HaloExchange`, whose backward returns their
-        gradients); :func:`~fullgraph.kernels.segment_max` then reads ``[h; halo]`` along
-        :attr:`structure`, ties to the lowest global id (:attr:`local_global_ids`), so every
-        gradient goes to the neighbour one process would pick.
+        :class:`~fullgraph.distributed.ordered_max.HaloMax`: the halo rows of ``h`` come from
+        their owners, the maxima tie to the lowest global id (:attr:`local_global_ids`), so
+        every gradient goes to the neighbour one process would pick, and the gradient of a
+        source picked by several rows is summed in ascending global id of those rows, on its
+        owner (the same bits at every rank count).
 
         Raises:
             ValueError: the context was built without the edge structure (the layer kind's
@@ -92,7 +93,4 @@ class GraphContext:
         """
         if self.structure is None or self.local_global_ids is None:
             raise ValueError("aggregate_max: the context holds no edge structure")
-        rows = h
-        if self.plan.comm.size > 1:
-            rows = torch.cat([h, HaloExchange.apply(h, self.plan)])
-        return segment_max(self.structure, rows, self.local_global_ids)
+        return HaloMax.apply(h, self.structure, self.plan, self.local_global_ids)
