@@ -8,7 +8,8 @@ computed alike whatever P, and the partials are added in one fixed tree over the
 :func:`node_blocks` is that blocking: a function of the graph, the seed, the block size and the
 METIS library only, never of P. METIS's recursive bisection first cuts the graph into a few top
 parts (a power of two up to 32) balancing nodes, training nodes and edges, as k-way
-:func:`~fullgraph.partition.assign.assign_parts` does, then each top part into blocks of about
+:func:`~fullgraph.partition.assign.assign_parts` does (nodes alone where training nodes are
+plentiful: they follow, and the cut is smaller), then each top part into blocks of about
 ``B`` nodes (nodes only: training nodes are too few to balance per block; Cora's 140 over 271
 blocks left a third of METIS's parts empty). Block indices follow the tree of bisections, so a
 run of consecutive block indices is a well-connected subgraph, and at P = 2, 4, 8 the runs are
@@ -44,6 +45,10 @@ MAX_TOP_PARTS = 32
 
 #: A top part holds at least this many training nodes and this many blocks.
 TOP_PART_LEAST = 8
+
+#: With at least this many training nodes a block (on average), the top parts balance nodes
+#: alone (training nodes and edges follow, and METIS cuts less); with fewer, all three.
+TRAIN_PER_BLOCK = 8
 
 
 def default_block_size(num_nodes: int) -> int:
@@ -183,7 +188,8 @@ def node_blocks(
 
     First the graph is cut into ``K`` top parts (a power of two, :func:`_top_parts`) by
     METIS's recursive bisection balancing nodes, training nodes and edges (what k-way
-    :func:`~fullgraph.partition.assign.assign_parts` balances), then every top part by
+    :func:`~fullgraph.partition.assign.assign_parts` balances; nodes alone when there are
+    :data:`TRAIN_PER_BLOCK` training nodes a block or more), then every top part by
     recursive bisection into ``ceil(ceil(N / B) / K)`` blocks of equal node counts. Block
     indices follow the bisection tree (top part after top part), so a run of consecutive
     blocks is a well-connected subgraph, and at P a divisor of ``K`` the runs are the top
@@ -218,6 +224,8 @@ def node_blocks(
     call, library = metis_library(graph, top, metis, notes)
     if top > 1:
         weights = block_loads(graph, np.arange(n, dtype=np.int64), n)
+        if int(graph.train_mask.sum()) >= TRAIN_PER_BLOCK * target:  # they follow the nodes
+            weights = {"nodes": weights["nodes"]}
         vweights = np.ascontiguousarray(np.stack(list(weights.values()), axis=1).ravel())
         try:
             owner = call(vweights, len(weights), int(seed), True)
