@@ -81,6 +81,10 @@ class DyadicStack:
         if start < self._end:
             raise ValueError(f"tree node {label} pushed after block {self._end - 1}: out of order")
         self._end = (index + 1) << level
+        self._merge(level, index, value)
+
+    def _merge(self, level: int, index: int, value: torch.Tensor) -> None:
+        """Add node ``(level, index)`` (checked by :meth:`push`) to its left siblings."""
         while True:
             if index % 2 == 1 and self.labels and self.labels[-1] == (level, index - 1):
                 self.labels.pop()
@@ -159,6 +163,8 @@ class BlockLayout:
     block_ptr: np.ndarray
     contiguous: bool = field(init=False)
     labels: list[Label] = field(init=False)
+    _leaves: list[int] = field(init=False, repr=False)
+    _spans: list[slice] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         ids = np.asarray(self.block_ids, dtype=np.int64)
@@ -180,6 +186,8 @@ class BlockLayout:
         object.__setattr__(self, "block_ptr", ptr)
         object.__setattr__(self, "contiguous", bool(np.array_equal(rows, np.arange(len(rows)))))
         object.__setattr__(self, "labels", stack_labels(self.num_blocks, ids))
+        object.__setattr__(self, "_leaves", ids.tolist())
+        object.__setattr__(self, "_spans", self.spans())
 
     @classmethod
     def of_part(cls, part: object) -> BlockLayout | None:
@@ -221,15 +229,28 @@ class BlockLayout:
         in block order already). ``partial`` returns a new tensor (the stack adds into it)."""
         ordered_rows = list(tensors) if ordered else [self.in_block_order(t) for t in tensors]
         stack = DyadicStack(self.num_blocks, in_place=True)
-        for block, rows in zip(self.block_ids.tolist(), self.spans(), strict=True):
-            stack.push((0, block), partial(*(t[rows] for t in ordered_rows)))
+        # the layout's blocks ascend inside the graph: pushed without push's checks
+        merge, blocks = stack._merge, zip(self._leaves, self._spans, strict=True)
+        if len(ordered_rows) == 1:  # the common cases without a generator per block
+            (a,) = ordered_rows
+            for block, rows in blocks:
+                merge(0, block, partial(a[rows]))
+        elif len(ordered_rows) == 2:
+            a, b = ordered_rows
+            for block, rows in blocks:
+                merge(0, block, partial(a[rows], b[rows]))
+        else:
+            for block, rows in blocks:
+                merge(0, block, partial(*(t[rows] for t in ordered_rows)))
+        stack._end = int(self.block_ids[-1]) + 1 if len(self.block_ids) else 0
         return stack
 
 
 def row_sum(t: torch.Tensor) -> torch.Tensor:
-    """The sum of ``t``'s rows (dim 0) in a fixed shape and order: a fresh contiguous copy (so
-    the memory offset of a view plays no part) summed by torch in one call."""
-    return t.contiguous().clone().sum(0)
+    """The sum of ``t``'s rows (dim 0) in a fixed shape and order, summed by torch in one call
+    on the rows where they lie: the reduction reads them unaligned, so the memory offset of a
+    view plays no part (no copy; tests/distributed/test_tree_sum.py checks offsets)."""
+    return t.sum(0)
 
 
 class BlockGradients:

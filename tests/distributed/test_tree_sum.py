@@ -25,6 +25,7 @@ from fullgraph.distributed.tree_sum import (
     BlockLayout,
     DyadicStack,
     combine,
+    row_sum,
     stack_labels,
     tree_height,
 )
@@ -140,6 +141,19 @@ def test_layout_checks_its_arrays() -> None:
     with pytest.raises(ValueError, match="at least one row"):
         BlockLayout(10, np.array([2, 5]), np.arange(5), np.array([0, 0, 5]))
     assert BlockLayout.of_part(object()) is None
+
+
+@pytest.mark.parametrize("width", [1, 7, 128])
+def test_row_sum_reads_rows_at_any_offset_as_a_fresh_copy(width: int) -> None:
+    """A block's row sum is read where its rows lie (no copy): the same bits at every memory
+    offset of the view as the sum of a fresh copy, what one process and P ranks each give."""
+    rows = block_partials(23, width).squeeze(1) if width == 1 else block_partials(23, width)
+    want = rows.clone().sum(0)
+    for offset in range(33):
+        buf = torch.empty(offset + rows.numel())
+        view = buf[offset:].view(rows.shape)
+        view.copy_(rows)
+        assert torch.equal(row_sum(view), want), offset
 
 
 def test_block_gradients_rows_are_parameters_then_loss() -> None:
