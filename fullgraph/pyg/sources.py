@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from fullgraph.distributed import Communicator
     from fullgraph.partition import Partition
+    from fullgraph.partition.blocks import NodeBlocks
 
 #: The line rank 0 prints when ``load_part`` partitions a whole graph on every rank.
 IN_PROCESS_NOTE = (
@@ -131,17 +132,18 @@ def part_of_graph(graph: Graph, comm: Communicator, method: str) -> Partition:
         )
         error.alike = True  # type: ignore[attr-defined]
         raise error
-    owner = None
     if comm.rank == 0:
         print(IN_PROCESS_NOTE.format(ranks=comm.size), file=sys.stderr, flush=True)
-    owner = alike(comm, lambda: _owners(graph, comm, method))
-    owner = comm.allgather_object(owner)[0]
+    assigned = alike(comm, lambda: _owners(graph, comm, method))
+    owner, blocks = comm.allgather_object(assigned)[0]
 
     def build() -> Partition:
         tmp = tempfile.mkdtemp(prefix=f"fullgraph-part-{os.getpid()}-")
         try:
             out = os.path.join(tmp, "parts")
-            write_partitions(graph, owner, out, method=method, seed=0, num_parts=comm.size)
+            write_partitions(
+                graph, owner, out, method=method, seed=0, num_parts=comm.size, blocks=blocks
+            )
             return load_partition(out, comm.rank, mmap=False, verify_checksums=False)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -149,9 +151,18 @@ def part_of_graph(graph: Graph, comm: Communicator, method: str) -> Partition:
     return alike(comm, build)
 
 
-def _owners(graph: Graph, comm: Communicator, method: str) -> np.ndarray | None:
-    """The owner of every node (rank 0; ``None`` elsewhere), as ``fullgraph partition`` and
-    :func:`partition` assign them (``method``, seed 0)."""
+def _owners(
+    graph: Graph, comm: Communicator, method: str
+) -> tuple[np.ndarray, NodeBlocks | None] | None:
+    """``(owner of every node, its node blocks)`` on rank 0 (``None`` elsewhere), as
+    ``fullgraph partition`` and :func:`partition` assign them (``method``, seed 0: ``metis``
+    cuts fixed node blocks, whose order the parts' rows then follow)."""
     from fullgraph.partition import assign_parts
+    from fullgraph.partition.assign import resolve_assign
+    from fullgraph.partition.blocks import block_assignment
 
-    return assign_parts(graph, comm.size, method=method, seed=0) if comm.rank == 0 else None
+    if comm.rank != 0:
+        return None
+    if resolve_assign(method, None) == "blocks":
+        return block_assignment(graph, comm.size, seed=0)
+    return assign_parts(graph, comm.size, method=method, seed=0), None
