@@ -111,11 +111,15 @@ class GATLayer(GraphLayer):
     pyg = PygExport(
         conv="GATConv",
         name="GAT",
-        keys={"lin.weight": "lin.weight", "att_src": "att_src", "att_dst": "att_dst",
-              "bias": "bias"},
+        keys={
+            "lin.weight": "lin.weight",
+            "att_src": "att_src",
+            "att_dst": "att_dst",
+            "bias": "bias",
+        },
         basic_gnn="GAT",
         basic_kwargs=_gat_kwargs,
-    )  # fmt: skip
+    )
     replay = "attention"
 
     def __init__(

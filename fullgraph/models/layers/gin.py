@@ -69,11 +69,16 @@ class GINLayer(GraphLayer):
     pyg = PygExport(
         conv="GINConv",
         name="GIN",
-        keys={"eps": "eps", "nn.lins.0.weight": "mlp.0.weight", "nn.lins.0.bias": "mlp.0.bias",
-              "nn.lins.1.weight": "mlp.2.weight", "nn.lins.1.bias": "mlp.2.bias"},
+        keys={
+            "eps": "eps",
+            "nn.lins.0.weight": "mlp.0.weight",
+            "nn.lins.0.bias": "mlp.0.bias",
+            "nn.lins.1.weight": "mlp.2.weight",
+            "nn.lins.1.bias": "mlp.2.bias",
+        },
         basic_gnn="GIN",
         basic_kwargs=_gin_kwargs,
-    )  # fmt: skip
+    )
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__(in_dim, out_dim)

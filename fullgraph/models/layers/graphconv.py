@@ -36,9 +36,12 @@ class GraphConvLayer(SAGESumLayer):
     pyg = PygExport(  # PyG has no BasicGNN of GraphConv layers
         conv="GraphConv",
         name="GraphConv",
-        keys={"lin_rel.weight": "lin.weight", "lin_rel.bias": "lin.bias",
-              "lin_root.weight": "root.weight"},
-    )  # fmt: skip
+        keys={
+            "lin_rel.weight": "lin.weight",
+            "lin_rel.bias": "lin.bias",
+            "lin_root.weight": "root.weight",
+        },
+    )
     VARIANTS: ClassVar[dict[str, type[SAGELayer]]] = {}
 
 
