@@ -169,10 +169,12 @@ def check_training(part: Any, comm: Any) -> tuple[list[str], dict[str, float]]:
     widths = [10, 10, 4]  # 12 -> 10 -> 10 -> 4, every layer transforms first
     want = 0
     for i, w in enumerate(widths):  # each layer's plan (receptive-field pruning narrows some)
-        plan = comp.ctx.layer_graph(i, training=True)[1]
+        op, plan = comp.ctx.layer_graph(i, training=True)
         peer_send = sum(plan.send_counts) - plan.send_counts[comm.rank]
-        peer_recv = sum(plan.recv_counts) - plan.recv_counts[comm.rank]
-        want += peer_send * record_bytes("int4", w) + peer_recv * record_bytes("int8", w)
+        # the backward sends the dY rows of boundary rows to their sources' owners
+        rev = op.reverse(comm, plan.send_index, plan.send_counts, plan.recv_counts, plan.global_ids)
+        rev_send = sum(rev.send_counts) - rev.send_counts[comm.rank]
+        want += peer_send * record_bytes("int4", w) + rev_send * record_bytes("int8", w)
     if booked != want:
         fails.append(f"trainer step booked {booked} halo bytes, formula gives {want}")
     grads = torch.cat([p.grad.reshape(-1) for p in comp.model.parameters()])
