@@ -84,6 +84,25 @@ def exchange_slices(
     return out
 
 
+def cached_slices(
+    cache: dict[int, list[ExchangeSlice]],
+    send_index: torch.Tensor,
+    send_counts: list[int],
+    recv_counts: list[int],
+    max_rows: int,
+    width: int,
+    budget: int,
+) -> list[ExchangeSlice | None]:
+    """The slices a ``width``-column exchange of these maps goes in under ``budget`` bytes
+    (``[None]``: whole), built once per slice count and kept in ``cache``."""
+    count = slice_count(max_rows, width, budget)
+    if count == 1:
+        return [None]
+    if count not in cache:
+        cache[count] = exchange_slices(send_index, send_counts, recv_counts, count)
+    return list(cache[count])
+
+
 class Pending(Protocol):
     """An exchange in flight: :meth:`wait` gives its received rows."""
 

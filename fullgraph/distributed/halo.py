@@ -165,14 +165,15 @@ class HaloPlan:
         comp = self.compression
         if comp is not None and comp.active(key, direction):
             return [None]
-        count = slicing.slice_count(self.max_rows, width, self.buffer_bytes)
-        if count == 1:
-            return [None]
-        if count not in self._slices:
-            self._slices[count] = slicing.exchange_slices(
-                self.send_index, self.send_counts, self.recv_counts, count
-            )
-        return list(self._slices[count])
+        return slicing.cached_slices(
+            self._slices,
+            self.send_index,
+            self.send_counts,
+            self.recv_counts,
+            self.max_rows,
+            width,
+            self.buffer_bytes,
+        )
 
     @contextlib.contextmanager
     def training_step(self, epoch: int) -> Iterator[None]:

@@ -204,14 +204,15 @@ class ReversePlan:
 
     def slices(self, width: int, buffer_bytes: int) -> list[slicing.ExchangeSlice | None]:
         """The slices a ``width``-column exchange goes in (``[None]``: whole)."""
-        count = slicing.slice_count(self.max_rows, width, buffer_bytes)
-        if count == 1:
-            return [None]
-        if count not in self._slices:
-            self._slices[count] = slicing.exchange_slices(
-                self.send_index, self.send_counts, self.recv_counts, count
-            )
-        return list(self._slices[count])
+        return slicing.cached_slices(
+            self._slices,
+            self.send_index,
+            self.send_counts,
+            self.recv_counts,
+            self.max_rows,
+            width,
+            buffer_bytes,
+        )
 
 
 def _exchange(comm: Communicator, rows: np.ndarray, send: list[int], recv: list[int]) -> np.ndarray:
