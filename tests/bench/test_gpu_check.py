@@ -64,9 +64,11 @@ def test_dry_run_every_step_runs_or_parses(dry_run) -> None:
     for name in ("spmm-arxiv", "spmm-products"):  # F=16: fwd, fwd+bwd x speedup, bandwidth
         figs = steps[name]["figures"]
         assert len(figs) == 4 and all(math.isfinite(f["value"]) and f["value"] > 0 for f in figs)
-    for name in ("train-gcn", "train-sage", "train-bf16"):
+    ran = [n for n in ("train-gcn", "train-sage", "train-bf16") if expected[n] == "passed"]
+    for name in ran:
         assert steps[name]["figures"][0]["value"] > 0
-    assert steps["train-bf16"]["figures"][-1]["value"] > 0  # its speed-up over train-gcn
+    if "train-bf16" in ran:  # a CPU without bfloat16 cannot run it
+        assert steps["train-bf16"]["figures"][-1]["value"] > 0  # its speed-up over train-gcn
     assert steps["predict"]["figures"][0]["value"] == 1.0  # CPU against CPU: every node
     for f in (s for step in summary["steps"] for s in step["figures"]):
         assert f["met"] is None  # a dry run judges no GPU target
