@@ -33,6 +33,7 @@ module keeps the one installed (:func:`current`).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import select
 import signal
@@ -393,9 +394,15 @@ def end_by_sigterm() -> None:
     """
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.flush()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-    os.kill(os.getpid(), signal.SIGTERM)
+    try:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        else:  # the watchdog's thread: Python sets handlers in the main thread only, C anywhere
+            ctypes.CDLL(None).signal(signal.SIGTERM, 0)  # 0: SIG_DFL
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.kill(os.getpid(), signal.SIGTERM)
+    except Exception:  # the caller's exit must still run
+        return
     time.sleep(1.0)
 
 

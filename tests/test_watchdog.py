@@ -70,6 +70,18 @@ def test_sigterm_in_native_code_ends_the_process_with_its_line() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_sigterm_in_native_code_on_a_rank_of_several_dies_of_the_signal() -> None:
+    """A rank of a job of two (MPI not up) that the watchdog ends on SIGTERM dies of the signal
+    itself after its line, so that its launcher ends the other ranks (hydra waits for ever on
+    a rank that exits with a status before MPI initialisation)."""
+    proc = _start(["sleeping", ""], env={"PMI_RANK": "0", "PMI_SIZE": "2"})
+    proc.send_signal(signal.SIGTERM)
+    err = _finish(proc)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert err.splitlines() == ["fullgraph test: rank 0 terminated (SIGTERM)"], err
+
+
+@pytest.mark.timeout(60)
 def test_a_phase_past_its_deadline_ends_the_rank_naming_a_stopped_peer() -> None:
     """Rank 1, a child of the same launcher (here: this test, which kills no rank), is
     stopped; rank 0's phase outlasts its deadline: one line names the phase and the stopped
