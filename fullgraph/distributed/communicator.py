@@ -103,7 +103,7 @@ class Communicator:
         self.device = torch.device("cpu")
         self.probe: PeerProbe | None = None
         #: per tree key: (this rank's intervals, every rank's), exchanged once
-        self._tree_labels: dict[str, tuple[list[Label], list[list[Label]]]] = {}
+        self._tree_labels: dict[str, tuple[Sequence[Label], list[list[Label]]]] = {}
 
     # -- hooks the transports override -------------------------------------------------------
     def _alltoallv(
@@ -301,7 +301,8 @@ class Communicator:
         chunk-``r`` slice of every rank's intervals (one exact all-to-all), pushes them in
         ascending block order on one :class:`~fullgraph.distributed.tree_sum.DyadicStack` and
         sends the root's chunk to every rank (a second all-to-all). The ranks' intervals are
-        exchanged once per ``key`` and kept: they do not change between steps. Each rank sends
+        exchanged once per ``key`` and ``labels`` object and kept: they do not change between
+        steps (a new layout's labels, a new object, are exchanged again). Each rank sends
         ``k (n - n/P) + (P - 1) n/P`` elements for its ``k`` intervals (``allreduce_``: ``k = 1``).
 
         Args:
@@ -315,11 +316,11 @@ class Communicator:
             The root, a new tensor [n] of ``nodes``' dtype, the same on every rank.
 
         Raises:
-            ValueError: ``nodes`` and ``labels`` disagree, the labels of ``key`` changed, or
-                the ranks' intervals do not cover every block once.
+            ValueError: ``nodes`` and ``labels`` disagree, or the ranks' intervals do not
+                cover every block once.
             PeerUnreachable: a peer did not answer within ``timeout_s``.
         """
-        labels = [(int(a), int(b)) for a, b in labels]
+        held, labels = labels, [(int(a), int(b)) for a, b in labels]
         if nodes.dim() != 2 or nodes.shape[0] != len(labels):
             raise ValueError(f"tree_sum_: {len(labels)} labels for nodes of shape {nodes.shape}")
         n = int(nodes.shape[1])
@@ -328,26 +329,30 @@ class Communicator:
             if self.size == 1:
                 root = combine(num_blocks, [(labels, list(nodes))]).clone()
             else:
-                root = self._tree_across_ranks(nodes, labels, num_blocks, key, tag, n)
+                root = self._tree_across_ranks(nodes, held, labels, num_blocks, key, tag, n)
         self.wait_s[tag] += time.perf_counter() - t0
         return root
 
     def _tree_across_ranks(
         self,
         nodes: torch.Tensor,
+        held: Sequence[Label],
         labels: list[Label],
         num_blocks: int,
         key: str,
         tag: str,
         n: int,
     ) -> torch.Tensor:
-        """:meth:`tree_sum_` over ``size > 1`` ranks."""
+        """:meth:`tree_sum_` over ``size > 1`` ranks; ``held`` is the caller's labels object.
+
+        The ranks' intervals are gathered once per ``key`` and labels object: a new object (a
+        new layout, e.g. the next trainer on this communicator: every rank makes its own at
+        the same call) gathers them again, on every rank alike; the cache keeps the object, so
+        its identity cannot be taken by another while cached."""
         cached = self._tree_labels.get(key)
-        if cached is None:
-            cached = (labels, [list(map(tuple, ls)) for ls in self._allgather_object(labels)])
-            self._tree_labels[key] = cached
-        elif cached[0] != labels:
-            raise ValueError(f"tree_sum_: the intervals of {key!r} changed between calls")
+        if cached is None or cached[0] is not held:
+            every = [list(map(tuple, ls)) for ls in self._allgather_object(labels)]
+            cached = self._tree_labels[key] = (held, every)
         every = cached[1]
         counts = chunk_sizes(n, self.size)
         offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
