@@ -422,6 +422,26 @@ def write_partitions(
     return meta
 
 
+def assign_owners(
+    graph: Graph,
+    num_parts: int,
+    method: str = "metis",
+    seed: int = 0,
+    metis: str = "auto",
+    assign: str | None = None,
+    block_size: int | None = None,
+    notes: list[str] | None = None,
+) -> tuple[np.ndarray, NodeBlocks | None]:
+    """Every node's owner and, under ``assign="blocks"`` (``metis``'s default), the blocks the
+    parts are runs of (else ``None``): :func:`partition_graph`'s assignment, for other writers."""
+    if resolve_assign(method, assign, block_size) == "blocks":
+        return block_assignment(
+            graph, num_parts, seed=seed, metis=metis, block_size=block_size, notes=notes
+        )
+    owner = assign_parts(graph, num_parts, method=method, seed=seed, notes=notes, metis=metis)
+    return owner, None
+
+
 def partition_graph(
     graph: Graph,
     num_parts: int,
@@ -462,16 +482,10 @@ def partition_graph(
     check_partition_out(out, force)
     timer = StageTimer()
     notes: list[str] = []
-    blocks = None
     with timer.stage("assign"):
-        if assign == "blocks":
-            owner, blocks = block_assignment(
-                graph, num_parts, seed=seed, metis=metis, block_size=block_size, notes=notes
-            )
-        else:
-            owner = assign_parts(
-                graph, num_parts, method=method, seed=seed, notes=notes, metis=metis
-            )
+        owner, blocks = assign_owners(
+            graph, num_parts, method, seed, metis, assign, block_size, notes
+        )
     return write_partitions(
         graph,
         owner,

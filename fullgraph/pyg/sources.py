@@ -157,12 +157,8 @@ def _owners(
     """``(owner of every node, its node blocks)`` on rank 0 (``None`` elsewhere), as
     ``fullgraph partition`` and :func:`partition` assign them (``method``, seed 0: ``metis``
     cuts fixed node blocks, whose order the parts' rows then follow)."""
-    from fullgraph.partition import assign_parts
-    from fullgraph.partition.assign import resolve_assign
-    from fullgraph.partition.blocks import block_assignment
+    from fullgraph.partition.build import assign_owners
 
     if comm.rank != 0:
         return None
-    if resolve_assign(method, None) == "blocks":
-        return block_assignment(graph, comm.size, seed=0)
-    return assign_parts(graph, comm.size, method=method, seed=0), None
+    return assign_owners(graph, comm.size, method=method, seed=0)
