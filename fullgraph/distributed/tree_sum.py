@@ -31,6 +31,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -266,6 +267,8 @@ class BlockGradients:
         self.layout = layout
         self._stacks: dict[int, list[DyadicStack]] = {}
         self._params: dict[int, torch.Tensor] = {}
+        self._global: dict[int, torch.Tensor] = {}
+        self._derived: list[tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]] = []
         self.loss: DyadicStack | None = None
         self.loss_divisor = 1.0
 
@@ -306,9 +309,50 @@ class BlockGradients:
         self.loss_divisor = float(divisor)
         self.loss = self.layout.partials(lambda rows: row_sum(rows).reshape(1), values)
 
+    def add_global(self, param: torch.Tensor, grad: torch.Tensor) -> None:
+        """Add ``grad`` to ``param``'s gradient as it is: a sum over every rank's rows taken
+        already (a root of the block tree, e.g. inside a layer's backward that needed it
+        there), the same bits on every rank, so it is not summed over ranks again."""
+        held = self._global.get(id(param))
+        self._global[id(param)] = grad.detach().clone() if held is None else held + grad
+        self._params[id(param)] = param
+
+    def derive(
+        self, stand_in: torch.Tensor, source: torch.Tensor, params: list[torch.Tensor]
+    ) -> None:
+        """``stand_in`` (a detached leaf the step's block functions use, e.g. GAT's extended
+        weight) stands for ``source``, a tensor computed from the parameters ``params`` alone
+        (no node's rows in it: the same bits on every rank). Once the tree has summed
+        ``stand_in``'s gradient, :meth:`finish_derived` takes it back through ``source`` to
+        ``params``, which get their gradients from there only."""
+        if not (stand_in.is_leaf and stand_in.requires_grad):
+            raise ValueError("derive: the stand-in must be a leaf that requires grad")
+        self._derived.append((stand_in, source, list(params)))
+
+    def derived_params(self) -> list[torch.Tensor]:
+        """The parameters whose gradients come through :meth:`derive`'s sources."""
+        return [p for _, _, params in self._derived for p in params]
+
+    def finish_derived(self, grad_of: Callable[[torch.Tensor], torch.Tensor | None]) -> None:
+        """Take each stand-in's summed gradient (``grad_of(stand_in)``; ``None``: it got
+        none) back through its source into ``.grad`` of the derived parameters (in the order
+        the stand-ins were registered: the same on every rank)."""
+        for stand_in, source, _ in self._derived:
+            grad = grad_of(stand_in)
+            if grad is not None:
+                torch.autograd.backward(source, grad.view_as(source))
+
+    def stand_ins(self) -> list[torch.Tensor]:
+        """The stand-ins :meth:`derive` registered, in order."""
+        return [s for s, _, _ in self._derived]
+
+    def global_grad(self, param: torch.Tensor) -> torch.Tensor | None:
+        """The gradient :meth:`add_global` gave ``param``, or ``None``."""
+        return self._global.get(id(param))
+
     def holds(self, param: torch.Tensor) -> bool:
-        """Whether some call pushed ``param``'s partials."""
-        return id(param) in self._stacks
+        """Whether some call pushed ``param``'s partials (or its gradient, summed already)."""
+        return id(param) in self._stacks or id(param) in self._global
 
     def calls(self, param: torch.Tensor) -> int:
         """How many calls pushed ``param``'s partials."""
@@ -320,9 +364,8 @@ class BlockGradients:
         one was pushed.
 
         Raises:
-            KeyError: a parameter of ``params`` has no partials.
         """
-        stacks = [s for p in params for s in self._stacks[id(p)]]
+        stacks = [s for p in params for s in self._stacks.get(id(p), [])]
         if self.loss is not None:
             stacks.append(self.loss)
         labels = self.layout.labels
@@ -332,6 +375,16 @@ class BlockGradients:
         return torch.stack(
             [torch.cat([s.values[j].reshape(-1) for s in stacks]) for j in range(len(labels))]
         )
+
+
+def tree_root(
+    comm: Any, layout: BlockLayout, stack: DyadicStack, key: str, tag: str = "norm"
+) -> torch.Tensor:
+    """The root over every rank of a stack :meth:`BlockLayout.partials` made, now (a
+    collective: every rank calls it with the same ``key``; a layer's statistics or a sum its
+    backward needs before the step ends), flat: ``[n]``, ``n`` the numel of one partial."""
+    nodes = torch.stack([v.reshape(-1) for v in stack.values])
+    return comm.tree_sum_(nodes, layout.labels, layout.num_blocks, key=key, tag=tag)
 
 
 _ACTIVE = threading.local()

@@ -88,8 +88,9 @@ def reduce_gradients(
     """
     # a tree parameter with a .grad of its own was also used outside a block function
     touched = [p for p in params if tree is not None and tree.holds(p) and p.grad is not None]
+    derived = tree.derived_params() if tree is not None else []
     for p in params:
-        if p.grad is None:
+        if p.grad is None and not any(p is q for q in derived):
             p.grad = torch.zeros_like(p)
     if tree is None or tree.loss is None:
         flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
@@ -97,8 +98,11 @@ def reduce_gradients(
         check_finite(flat, epoch, what)
         _write_grads(params, flat)
         return float(flat[-1])
-    in_tree = [p for p in params if tree.holds(p)]
-    rest = [p for p in params if not tree.holds(p)]
+    # a derived parameter's .grad comes from its source's backward after the tree (its own
+    # .grad, if autograd gave it one besides, is summed over ranks as any other's)
+    stand_ins = tree.stand_ins()
+    in_tree = [p for p in [*params, *stand_ins] if tree.holds(p)]
+    rest = [p for p in params if not tree.holds(p) and p.grad is not None]
     summed = torch.cat([p.grad.reshape(-1) for p in rest + touched] + [torch.zeros(0)])
     if summed.numel():
         comm.allreduce_(summed, "sum", tag="reduce")
@@ -107,7 +111,8 @@ def reduce_gradients(
     global_loss = root[-1:] / tree.loss_divisor
     grads, offset = [], 0
     for p in in_tree:
-        total = None
+        total = tree.global_grad(p)
+        total = None if total is None else total.reshape(-1).clone()
         for _ in range(tree.calls(p)):
             piece = root[offset : offset + p.numel()]
             total = piece.clone() if total is None else total.add_(piece)
@@ -115,11 +120,18 @@ def reduce_gradients(
         grads.append(total)
     check_finite(torch.cat([summed, *grads, global_loss]), epoch, what)
     _write_grads(rest + touched, summed)
+    by_id = {id(p): g for p, g in zip(in_tree, grads, strict=True)}
     for p, g in zip(in_tree, grads, strict=True):
+        if any(p is s for s in stand_ins):
+            continue
         if any(p is q for q in touched):
             p.grad.add_(g.view_as(p))
         else:
             p.grad.copy_(g.view_as(p))
+    tree.finish_derived(lambda s: by_id.get(id(s)))
+    for p in derived:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
     return float(global_loss[0])
 
 

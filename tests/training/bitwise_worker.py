@@ -19,19 +19,45 @@ from harness import Tasks, communicators, main
 EPOCHS = 5
 
 
+def parse_spec(model: str) -> tuple[str, str, dict[str, Any]]:
+    """``KIND[:VARIANT][;KEY=VALUE...]`` -> (kind, variant, TrainConfig overrides); a value
+    is read as an int, a float, ``true``/``false`` or else kept as a string (``gcn;norm=batch;
+    residual=true``, ``sage;aggr=max``, ``gcn:rank-order``)."""
+    head, *pairs = model.split(";")
+    kind, _, variant = head.partition(":")
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, _, text = pair.partition("=")
+        value: Any = text
+        if text in ("true", "false"):
+            value = text == "true"
+        else:
+            for cast in (int, float):
+                try:
+                    value = cast(text)
+                    break
+                except ValueError:
+                    pass
+        overrides[key] = value
+    return kind, variant, overrides
+
+
 def train_models(part: Any, comm: Any, models: list[str]) -> dict[str, np.ndarray]:
-    """Losses, final parameters and the blocks flag of each model, keyed ``model/...``; a
-    model named ``KIND:rank-order`` trains without the block tree (the sums over nodes in rank
-    order, as a partition without blocks: the negative control)."""
+    """Losses, final parameters and the blocks flag of each model, keyed ``model/...``
+    (:func:`parse_spec`: ``KIND[:VARIANT][;KEY=VALUE...]``, the values overriding the
+    config); a model named ``KIND:rank-order`` trains without the block tree (the sums over
+    nodes in rank order, as a partition without blocks: the negative control)."""
     from fullgraph.models.gnn import parameter_vector
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
     out: dict[str, np.ndarray] = {}
     for model in models:
-        kind, _, variant = model.partition(":")
-        cfg = TrainConfig(
+        kind, variant, overrides = parse_spec(model)
+        settings: dict[str, Any] = dict(
             model=kind, layers=2, hidden=16, dropout=0.5, epochs=EPOCHS, seed=3, lr=0.05
         )
+        settings.update(overrides)
+        cfg = TrainConfig(**settings)
         tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
         if variant == "rank-order":
             tr.ctx.blocks = None
