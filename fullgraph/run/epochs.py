@@ -124,7 +124,9 @@ def reduce_gradients(
     for p, g in zip(in_tree, grads, strict=True):
         if any(p is s for s in stand_ins):
             continue
-        if any(p is q for q in touched):
+        if p.grad is None:  # a derived parameter with partials of its own too (GIN's W1)
+            p.grad = g.view_as(p).clone()
+        elif any(p is q for q in touched):
             p.grad.add_(g.view_as(p))
         else:
             p.grad.copy_(g.view_as(p))
