@@ -11,6 +11,12 @@ A (h W1^T) + b1 + h ((1 + eps) W1)^T``, so the body is
 :func:`~fullgraph.models.graph_linear.graph_linear` with the root weight ``(1 + eps) W1`` (the
 SAGE body: the narrower exchange, the precomputed first aggregation, sparse input and pruning
 all apply); the ReLU (in place) and the second linear layer are per row.
+
+Under the step's block tree (:mod:`fullgraph.distributed.tree_sum`) the root weight is a
+stand-in for ``(1 + eps) W1`` (:meth:`~fullgraph.distributed.tree_sum.BlockGradients.derive`):
+its gradient is summed per block over the tree like ``W1``'s own, then taken back through the
+product to ``eps`` and ``W1`` (which gets the root's part added to its tree root), the same
+bits at any rank count.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from fullgraph.distributed.tree_sum import active_gradients
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
 from fullgraph.models.graph_linear import graph_linear
@@ -107,6 +114,12 @@ class GINLayer(GraphLayer):
         lin1, lin2 = self.mlp[0], self.mlp[2]
         op, plan = ctx.layer_graph(index, training)
         root = lin1.weight * (1 + self.eps)
+        tree = active_gradients()
+        rows = h.num_rows if isinstance(h, CSRMatrix) else int(h.shape[0])
+        if tree is not None and root.requires_grad and tree.handles(lin1.weight, rows):
+            stand_in = root.detach().requires_grad_()
+            tree.derive(stand_in, root, [lin1.weight, self.eps])
+            root = stand_in  # a leaf over every inner row: graph_linear pushes its partials
         y = graph_linear(
             h, op, plan, lin1.weight, lin1.bias, root, precomputed=precomputed, rebuild=rebuild
         )
