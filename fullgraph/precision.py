@@ -157,6 +157,15 @@ class Precision:
         (``None``: their inputs' own, float32)."""
         return torch.bfloat16 if self.mixed else None
 
+    @property
+    def backward_dtype(self) -> torch.dtype | None:
+        """The dtype the backward pass's products and aggregations read their inputs in where
+        the block tree makes every sum over nodes the same bits at any rank count (a part with
+        fixed node blocks): bfloat16 under ``bf16-mixed`` (weight-gradient products per block,
+        input gradients, ``A^T dY``; bias sums, the tree and the optimiser stay float32).
+        ``None``: float32 (also wherever the tree is not in force)."""
+        return torch.bfloat16 if self.mixed else None
+
     @contextlib.contextmanager
     def autocast(self, device: torch.device | str) -> Iterator[None]:
         """``torch.autocast`` to bfloat16 for plain torch modules under ``bf16-mixed`` (the

@@ -22,9 +22,13 @@ What it holds, for ``n`` inner rows (the memory model of ``fullgraph plan`` coun
 Under ``--precision bf16-mixed`` (the plan's ``row_dtype`` is bfloat16) the forward products
 read ``h``, ``W``, ``R`` and ``M`` in bfloat16 (``Z`` and the kept ``M`` are bfloat16), the
 aggregation sums bfloat16 rows exactly (:func:`~fullgraph.distributed.halo.aggregate_rows`) and
-the output is float32. The backward pass is the float32 one: its sums (``A^T dY`` with the halo
-partial sums, ``dY^T h``) are split differently by P ranks, and rounding them to bfloat16 would
-make P ranks differ from one process (docs/train.md, "Precision").
+the output is float32. Where the block tree is in force (below) the backward reads bfloat16
+too (:attr:`~fullgraph.precision.Precision.backward_dtype`): ``dY``, ``W``, ``R`` and the kept
+input in the per-block ``dY_b^T x_b`` and in ``dY W``, ``A^T dY`` summed in float64 in its fixed
+order; every row and every block gives the same bits at any rank count, so rounding them
+cannot set P ranks apart. Without the tree the backward is float32: its sums (``A^T dY`` with
+the halo partial sums, ``dY^T h``) are split differently by P ranks, and rounding them to
+bfloat16 would make P ranks differ from one process (docs/train.md, "Precision").
 
 Inside a training step whose block tree is in force (the part has fixed node blocks:
 :mod:`fullgraph.distributed.tree_sum`), the gradients of a leaf ``W``, ``b`` and ``R`` are
@@ -145,6 +149,7 @@ class GraphLinearFunction(torch.autograd.Function):
                 y.add_(_times(src_in, plan.rows_in(root)))
             else:
                 _add_times(y, src, root)
+        src_in_kept = src_in
         del src_in
         ctx.spec, ctx.key = spec, key
         tree = active_gradients()
@@ -158,7 +163,9 @@ class GraphLinearFunction(torch.autograd.Function):
         if spec.sparse_input is not None:
             keep_h = False  # a static CSR matrix, kept by the context
         saved = [weight, root if root is not None else weight]
-        saved.append(h if keep_h else weight)
+        # the block tree's bf16 backward reads the input as the forward product did
+        kept_in = src_in_kept if to_tree and mixed and keep_h else h
+        saved.append(kept_in if keep_h else weight)
         saved.append(m if m is not None else weight)
         ctx.keep_h, ctx.keep_m = keep_h, m is not None
         ctx.save_for_backward(*saved)
@@ -207,8 +214,11 @@ def _dense(rows: torch.Tensor | sp.csr_matrix) -> torch.Tensor:
 
 
 def _block_product(dy_b: torch.Tensor, x_b: torch.Tensor | sp.csr_matrix) -> torch.Tensor:
-    """One block's ``dY_b^T x_b``."""
-    return torch.mm(dy_b.t(), _dense(x_b))
+    """One block's ``dY_b^T x_b``: float32, or a bfloat16 product of bfloat16 rows (its
+    float32 accumulation rounded to bfloat16 by the kernel), widened to float32 for the tree."""
+    if dy_b.dtype == torch.bfloat16 and isinstance(x_b, torch.Tensor):
+        return torch.mm(dy_b.t(), x_b.to(torch.bfloat16)).float()
+    return torch.mm(dy_b.float().t(), _dense(x_b))
 
 
 def _push_or_sum(
@@ -227,8 +237,8 @@ def _push_or_sum(
         if x is None:
             return dy.sum(0)
         if isinstance(x, CSRMatrix):
-            return _weight_grad(dy, x)
-        return torch.mm(dy.t(), x.to(dy.dtype))
+            return _weight_grad(dy.float(), x)
+        return torch.mm(dy.float().t(), x.float())
     assert param is not None
     if x is None:
         tree.add(param, row_sum, in_order(dy), ordered=True)
@@ -272,26 +282,42 @@ def _tree_backward(
     need_h, need_w, need_b, need_r = ctx.needs_input_grad[:4]
     order = _block_order(tree)
     db = _push_or_sum(tree, b_param, dy, None, order) if ctx.has_bias and need_b else None
-    dr = _push_or_sum(tree, r_param, dy, src, order) if root is not None and need_r else None
+    # bf16-mixed: the backward's products and A^T read bfloat16 (every row's and every
+    # block's the same bits at any rank count); the bias's row sums stay float32
+    low = spec.plan.precision.backward_dtype
+    g_y = dy if low is None else dy.to(low)
+    w = weight if low is None else weight.to(low)
+    r = None if root is None else (root if low is None else root.to(low))
+    dr = _push_or_sum(tree, r_param, g_y, src, order) if root is not None and need_r else None
     dh = dw = None
     if spec.transform_first:
-        g = aggregate_transpose(dy, spec.op, spec.plan, ctx.key) if need_w or need_h else None
+        g = aggregate_transpose(g_y, spec.op, spec.plan, ctx.key) if need_w or need_h else None
         if need_w:
             dw = _push_or_sum(tree, w_param, g, src, order)
         if need_h and not isinstance(src, CSRMatrix):
-            dh = torch.mm(g, weight)
-            if root is not None:
-                dh.addmm_(dy, root)
+            dh = _rows_times(g, w, g_y, r)
         return dh, dw, db, dr, None
     if need_w:
-        dw = _push_or_sum(tree, w_param, dy, m, order)  # bf16-mixed: M bf16, product float32
+        dw = _push_or_sum(tree, w_param, g_y, m, order)  # bf16-mixed: M bf16
     if need_h:
-        dm = torch.mm(dy, weight)
+        dm = torch.mm(g_y, w)
         dh = aggregate_transpose(dm, spec.op, spec.plan, ctx.key)
         del dm
-        if root is not None:
-            dh.addmm_(dy, root)
+        if r is not None:
+            dh = dh.float().add_(torch.mm(g_y, r))
     return dh, dw, db, dr, None
+
+
+def _rows_times(
+    g: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, r: torch.Tensor | None
+) -> torch.Tensor:
+    """``g W [+ dY R]``: float32, or two bfloat16 products added in float32."""
+    dh = torch.mm(g, w)
+    if r is None:
+        return dh
+    if dh.dtype == torch.float32:
+        return dh.addmm_(dy, r)
+    return dh.float().add_(torch.mm(dy, r))
 
 
 def _aggregate_backward(

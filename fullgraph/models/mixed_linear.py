@@ -1,12 +1,14 @@
-"""``h W^T`` whose forward product runs in bfloat16 and whose backward runs in float32.
+"""``h W^T`` whose forward product runs in bfloat16 (and whose backward, with the block tree, too).
 
 The products that are not a :func:`~fullgraph.models.graph_linear.graph_linear` body (GAT's
 projection, GIN's second linear layer, the residual projections) under ``--precision
 bf16-mixed``. ``torch.autocast`` would run the backward in bfloat16 too, rounding ``dY^T h``, a
 sum over rows that P ranks split differently, and so make P ranks differ from one process; here
-the backward is the float32 one (docs/train.md, "Precision"). ``dW`` is taken against the
-bfloat16 input the product read (kept: half the bytes of ``h``): halo rows arrive rounded
-already, and one process rounds its rows alike only there.
+the backward is the float32 one (docs/train.md, "Precision"), except where the block tree is
+in force (:class:`BlockLinearFunction`): there ``dY W`` and each block's ``dY_b^T h_b`` are
+bfloat16 products (the same bits for a row or a block at any rank count). ``dW`` is taken
+against the bfloat16 input the product read (kept: half the bytes of ``h``): halo rows arrive
+rounded already, and one process rounds its rows alike only there.
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ class MixedLinearFunction(torch.autograd.Function):
         return dh, dw, None
 
 
+def _block_product(dy_b: torch.Tensor, x_b: torch.Tensor) -> torch.Tensor:
+    """One block's ``dY_b^T x_b`` as float32: a float32 product, or a bfloat16 one (``dY_b``
+    bfloat16: the kernel's float32 sums rounded to bfloat16) widened."""
+    if dy_b.dtype == torch.bfloat16:
+        return torch.mm(dy_b.t(), x_b.to(torch.bfloat16)).float()
+    return torch.mm(dy_b.t(), x_b.float())
+
+
 class BlockLinearFunction(torch.autograd.Function):
     """``h W^T + b`` whose weight and bias gradients go into the step's block tree.
 
@@ -68,31 +78,42 @@ class BlockLinearFunction(torch.autograd.Function):
             if bias is not None:
                 out = out + bias
         ctx.save_for_backward(h_in, weight)
-        ctx.tree, ctx.params = tree, (weight, bias)
+        ctx.tree, ctx.params, ctx.dtype = tree, (weight, bias), dtype
         return out
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple:
-        """``dh = dY W`` (float32); weight and bias partials per block into the tree."""
+        """``dh = dY W``; weight and bias partials per block into the tree. With a
+        ``dtype`` forward (bf16-mixed) the products read ``dY`` and ``W`` in it too (each
+        row's and each block's the same bits at any rank count); bias sums stay float32."""
         h_in, weight = ctx.saved_tensors
         tree: BlockGradients = ctx.tree
         w_param, b_param = ctx.params
         dy = dy.contiguous()
         n = int(dy.shape[0])
-        dh = torch.mm(dy, weight) if ctx.needs_input_grad[0] else None
+        low = ctx.dtype
+        g = dy if low is None else dy.to(low)
+        dh = (
+            torch.mm(g, weight if low is None else weight.to(low))
+            if ctx.needs_input_grad[0]
+            else None
+        )
         dw = db = None
-        ordered = False  # dy in block order (a gathered copy) once the weight's partials ran
+        dy_ordered = None  # float32 dY in block order, gathered once for the bias too
         if ctx.needs_input_grad[1]:
             if tree.handles(w_param, n):
-                dy = tree.layout.in_block_order(dy)  # gathered once for the bias too
+                g_ordered = tree.layout.in_block_order(g)
                 rows = tree.layout.in_block_order(h_in)
-                tree.add(w_param, lambda d, x: torch.mm(d.t(), x.float()), dy, rows, ordered=True)
-                ordered = True
+                tree.add(w_param, _block_product, g_ordered, rows, ordered=True)
+                dy_ordered = g_ordered if low is None else None
             else:
                 dw = torch.mm(dy.t(), h_in.float())
         if b_param is not None and ctx.needs_input_grad[2]:
             if tree.handles(b_param, n):
-                tree.add(b_param, row_sum, dy, ordered=ordered)
+                if dy_ordered is None:
+                    tree.add(b_param, row_sum, dy)
+                else:
+                    tree.add(b_param, row_sum, dy_ordered, ordered=True)
             else:
                 db = dy.sum(0)
         return dh, dw, db, None, None
