@@ -33,6 +33,7 @@ import numpy as np
 from fullgraph.datasets.graph import Graph
 from fullgraph.errors import ConfigError, PartitionError
 from fullgraph.partition.assign import METIS_LIBRARIES, metis_library, symmetric_adjacency
+from fullgraph.partition.block_cache import BLOCK_CACHE, CachedBlocks
 
 #: A graph of at least this many nodes is cut into at least this many blocks (32 per part at P=8).
 MIN_BLOCKS = 256
@@ -204,7 +205,9 @@ def node_blocks(
         notes: if given, the METIS library used and its fallbacks are appended.
 
     Returns:
-        The :class:`NodeBlocks` (METIS's empty parts dropped).
+        The :class:`NodeBlocks` (METIS's empty parts dropped). The process keeps the blocks of
+        its last few inputs (:data:`~fullgraph.partition.block_cache.BLOCK_CACHE`): the same
+        input again gets a copy of them, and the same notes, without METIS.
 
     Raises:
         ConfigError: a bad block size or METIS library.
@@ -217,10 +220,25 @@ def node_blocks(
             f"unknown METIS library {metis!r} (choose from {', '.join(METIS_LIBRARIES)})"
         )
     notes = [] if notes is None else notes
+    if _block_count(graph, size)[0] == 1:
+        return NodeBlocks(np.zeros(n, dtype=np.int64), 1, size, int(seed), "none")
+    key = BLOCK_CACHE.key(graph, size, seed, metis)
+    kept = BLOCK_CACHE.get(key)
+    if kept is not None:
+        notes.extend(kept.notes)
+        return NodeBlocks(kept.block.copy(), kept.num_blocks, size, int(seed), kept.metis)
+    first = len(notes)
+    blocks = _cut_blocks(graph, size, seed, metis, notes)
+    cut_notes = tuple(notes[first:])
+    BLOCK_CACHE.put(key, CachedBlocks(blocks.block, blocks.num_blocks, blocks.metis, cut_notes))
+    return blocks
+
+
+def _cut_blocks(graph: Graph, size: int, seed: int, metis: str, notes: list[str]) -> NodeBlocks:
+    """:func:`node_blocks` itself (arguments checked, more than one block)."""
+    n = graph.num_nodes
     target, top = _block_count(graph, size)
     leaves = target // top
-    if target == 1:
-        return NodeBlocks(np.zeros(n, dtype=np.int64), 1, size, int(seed), "none")
     call, library = metis_library(graph, top, metis, notes)
     if top > 1:
         weights = block_loads(graph, np.arange(n, dtype=np.int64), n)

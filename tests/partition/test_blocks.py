@@ -11,6 +11,7 @@ import pytest
 
 from fullgraph.errors import ConfigError, PartitionError
 from fullgraph.partition import load_partition, partition_graph, verify_partitions
+from fullgraph.partition.block_cache import BLOCK_CACHE
 from fullgraph.partition.blocks import (
     block_assignment,
     block_loads,
@@ -49,8 +50,11 @@ def test_blocks_do_not_depend_on_p(graph, tmp_path):
     blocks = node_blocks(graph)
     assert blocks.block_size == default_block_size(graph.num_nodes) == 4
     assert blocks.sizes().min() >= 1 and blocks.num_blocks == blocks.block.max() + 1
+    BLOCK_CACHE.clear()  # METIS cuts them again, not the cache
     assert np.array_equal(blocks.block, node_blocks(graph).block)  # deterministic
+    assert BLOCK_CACHE.misses == 1
     for P in (1, 2, 3, 4, 8):
+        BLOCK_CACHE.clear()  # cut at every P, not taken from the cut at the P before
         meta = partition_graph(graph, P, tmp_path / f"p{P}", seed=0)
         assert meta["num_blocks"] == blocks.num_blocks
         assert meta["block_sha256"] == blocks.digest()
