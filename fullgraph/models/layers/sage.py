@@ -12,6 +12,9 @@ not commute with ``W_l``: the layer exchanges its INPUT's halo rows and takes th
 ``[inner; halo]`` rows (:meth:`~fullgraph.models.context.GraphContext.aggregate_max`, ties to
 the lowest global id, so P ranks route every gradient as one process does); its stack has no
 operator, no precomputed aggregation, no sparse input and no pruning (:class:`SAGEMaxLayer`).
+Its two products are :func:`~fullgraph.models.mixed_linear.mixed_linear` (float32): under the
+step's block tree the weight and bias gradients are per-block partials, the same bits at any
+rank count.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fullgraph.errors import ConfigError
@@ -35,6 +37,7 @@ from fullgraph.models.layers.base import (
     register_layer,
 )
 from fullgraph.models.local_graph import local_csr, no_operator, sum_operator
+from fullgraph.models.mixed_linear import mixed_linear
 
 if TYPE_CHECKING:
     from fullgraph.partition import Partition
@@ -189,7 +192,9 @@ class MaxAggregation:
             raise ConfigError("the max aggregation takes dense input features")
         lin, root = self.lin, self.root
         m = ctx.aggregate_max(h)
-        return F.linear(m, lin.weight, lin.bias).addmm_(h, root.weight.t())
+        # mixed_linear: under the step's block tree, W_l, b_l and W_r take per-block partials
+        out = mixed_linear(m, lin.weight, None, lin.bias)
+        return out.add_(mixed_linear(h, root.weight, None))
 
 
 class SAGEMaxLayer(MaxAggregation, SAGELayer):
