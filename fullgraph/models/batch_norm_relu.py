@@ -14,8 +14,15 @@ that is about ten passes over an ``N x width`` matrix per step; the graph produc
   batch terms), one all-reduce, and one pass ``dx = g * s - a - (x - mean) * b`` in place.
 
 Moments and sums are accumulated per fixed block of rows and the blocks added in order, so the
-result does not depend on the thread count. Other devices and dtypes take the composed path
-(:class:`~fullgraph.models.norm.GraphBatchNorm`, then ReLU and dropout): same values to rounding.
+result does not depend on the thread count. Inside a training step whose block tree is in force
+(:func:`~fullgraph.models.norm.norm_tree`) the blocks are the part's node blocks instead (rows
+``layout.block_rows[layout.block_ptr[k]:layout.block_ptr[k + 1]]`` for block ``k``, in that
+order) and their partials, the row count riding along, are added in the block tree
+(:func:`~fullgraph.distributed.tree_sum.tree_root`): the moments, the running statistics, the
+input gradient and the weight and bias gradients (the backward's roots, given to the tree as
+they are) are then the same bits at any rank count. Other devices and dtypes take the
+composed path (:class:`~fullgraph.models.norm.GraphBatchNorm`, then ReLU and dropout): same
+values to rounding, and the same use of the tree.
 """
 
 from __future__ import annotations
@@ -27,24 +34,26 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fullgraph.distributed.tree_sum import BlockGradients, BlockLayout, DyadicStack, tree_root
 from fullgraph.models.dropout import ReluDropout, stream_key, zero_dropped_lanes
-from fullgraph.models.norm import GraphBatchNorm
+from fullgraph.models.norm import GraphBatchNorm, add_global_grads, norm_tree
 
 #: Rows per block of the per-column float64 sums (fixed: the sums do not depend on threads).
 BLOCK_ROWS = 2048
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _column_moments(x, shift, block):  # pragma: no cover - JIT
-    """Per block of rows: sum of ``x - shift`` and of its square per column, float64."""
-    n, c = x.shape
-    nb = (n + block - 1) // block
+def _column_moments(x, shift, rows, ptr):  # pragma: no cover - JIT
+    """Per block of rows (block ``b``: ``rows[ptr[b]:ptr[b + 1]]``, in that order): sum of
+    ``x - shift`` and of its square per column, float64."""
+    c = x.shape[1]
+    nb = len(ptr) - 1
     part = np.zeros((nb, 2, c))
     for b in numba.prange(nb):
         s0 = np.zeros(c)  # block-local sums: the column loop vectorises (same order of adds)
         s1 = np.zeros(c)
-        for i in range(b * block, min(n, (b + 1) * block)):
-            row = x[i]
+        for k in range(ptr[b], ptr[b + 1]):
+            row = x[rows[k]]
             for j in range(c):
                 d = np.float64(row[j]) - shift[j]
                 s0[j] += d
@@ -73,19 +82,21 @@ def _affine_relu_keep(x, m, s, t, gids, key, threshold, scale, out):  # pragma: 
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _relu_grad_sums(out, grad, scale, x, mean, block, res):  # pragma: no cover - JIT
-    """res = grad * scale where out > 0 (else 0); per block the column sums of res and of
-    ``res * (x - mean)``, float64. ``res`` may be ``grad`` itself: each row is read into a
-    row buffer before it is written, and the sums are block-local (both loops vectorise; the
-    adds per column come in the same order as one plain loop)."""
-    n, c = x.shape
-    nb = (n + block - 1) // block
+def _relu_grad_sums(out, grad, scale, x, mean, rows, ptr, res):  # pragma: no cover - JIT
+    """res = grad * scale where out > 0 (else 0); per block of rows (as
+    :func:`_column_moments`) the column sums of res and of ``res * (x - mean)``, float64.
+    ``res`` may be ``grad`` itself: each row is read into a row buffer before it is written,
+    and the sums are block-local (both loops vectorise; the adds per column come in the same
+    order as one plain loop)."""
+    c = x.shape[1]
+    nb = len(ptr) - 1
     part = np.zeros((nb, 2, c))
     for b in numba.prange(nb):
         s0 = np.zeros(c)
         s1 = np.zeros(c)
         row = np.empty(c, np.float32)
-        for i in range(b * block, min(n, (b + 1) * block)):
+        for k in range(ptr[b], ptr[b + 1]):
+            i = rows[k]
             oi = out[i]
             gi = grad[i]
             xi = x[i]
@@ -150,6 +161,30 @@ def _blocks_sum(part: np.ndarray) -> np.ndarray:
     return total
 
 
+def _row_blocks(n: int, tree: BlockGradients | None) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' blocks of rows ``(rows, ptr)``: the part's node blocks under a block
+    tree, else :data:`BLOCK_ROWS` consecutive rows each."""
+    if tree is not None:
+        return tree.layout.block_rows, tree.layout.block_ptr
+    ptr = np.append(np.arange(0, n, BLOCK_ROWS, dtype=np.int64), np.int64(n))
+    return np.arange(n, dtype=np.int64), ptr
+
+
+def _tree_sums(
+    comm: Any, layout: BlockLayout, part: np.ndarray, key: str, count: bool = False
+) -> torch.Tensor:
+    """The block tree's root of the per-block partials ``part`` ([blocks, 2, width], the
+    layout's blocks in order; ``count``: each block's row count appended), flat, float64."""
+    flat = part.reshape(len(part), -1)
+    if count:
+        rows = np.diff(layout.block_ptr).astype(np.float64)
+        flat = np.concatenate([flat, rows[:, None]], axis=1)
+    stack = DyadicStack(layout.num_blocks, in_place=True)
+    for block, values in zip(layout.block_ids.tolist(), np.ascontiguousarray(flat), strict=True):
+        stack.push((0, block), torch.from_numpy(values))
+    return tree_root(comm, layout, stack, key)
+
+
 class BatchNormReluDropout(torch.autograd.Function):
     """``drop(relu(batch_norm(x)))`` with moments over every rank's rows (CPU, float32)."""
 
@@ -173,10 +208,15 @@ class BatchNormReluDropout(torch.autograd.Function):
         gids, p, seed, epoch, layer = drop
         xc = x.detach().contiguous()
         shift = norm.running_mean.detach().double().numpy()
-        part = _column_moments(xc.numpy(), shift, BLOCK_ROWS)
-        local = torch.from_numpy(_blocks_sum(part).reshape(-1))
-        sums = torch.cat([local, torch.tensor([float(x.shape[0])], dtype=torch.float64)])
-        comm.allreduce_(sums, "sum", tag="norm")
+        tree = norm_tree(int(x.shape[0]), weight, bias)
+        rows, ptr = _row_blocks(int(x.shape[0]), tree)
+        part = _column_moments(xc.numpy(), shift, rows, ptr)
+        if tree is None:
+            local = torch.from_numpy(_blocks_sum(part).reshape(-1))
+            sums = torch.cat([local, torch.tensor([float(x.shape[0])], dtype=torch.float64)])
+            comm.allreduce_(sums, "sum", tag="norm")
+        else:
+            sums = _tree_sums(comm, tree.layout, part, "bn-moments", count=True).cpu()
         width, count = x.shape[1], float(sums[-1])
         d_mean = sums[:width] / count
         mean = torch.from_numpy(shift) + d_mean
@@ -198,15 +238,18 @@ class BatchNormReluDropout(torch.autograd.Function):
         )
         norm.update_running(mean.float(), var.float(), count)
         ctx.comm, ctx.count, ctx.scale, ctx.inplace = comm, count, scale, inplace_grad
+        ctx.tree, ctx.blocks, ctx.bias = tree, (rows, ptr), bias
         ctx.save_for_backward(xc, out, weight)
         ctx.moments = (mean, invstd)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
-        """ReLU-dropout backward and the two column sums in one pass; all-reduce; ``dx``."""
+        """ReLU-dropout backward and the two column sums in one pass; all-reduce (or the
+        block tree: then the weight and bias gradients go to the tree as its roots); ``dx``."""
         x, out, weight = ctx.saved_tensors
         mean, invstd = ctx.moments
+        tree: BlockGradients | None = ctx.tree
         grad = grad.contiguous()
         g = grad if ctx.inplace else torch.empty_like(x)
         part = _relu_grad_sums(
@@ -215,15 +258,20 @@ class BatchNormReluDropout(torch.autograd.Function):
             np.float32(ctx.scale),
             x.numpy(),
             mean.numpy(),
-            BLOCK_ROWS,
+            *ctx.blocks,
             g.numpy(),
         )
-        local = _blocks_sum(part)  # [sum g, sum g (x - mean)]
-        d_bias = torch.from_numpy(local[0])
-        d_weight = torch.from_numpy(local[1]) * invstd
-        sums = torch.cat([d_bias, d_weight])
-        ctx.comm.allreduce_(sums, "sum", tag="norm")
         width = x.shape[1]
+        if tree is None:
+            local = _blocks_sum(part)  # [sum g, sum g (x - mean)]
+            d_bias = torch.from_numpy(local[0])
+            d_weight = torch.from_numpy(local[1]) * invstd
+            sums = torch.cat([d_bias, d_weight])
+            ctx.comm.allreduce_(sums, "sum", tag="norm")
+        else:  # the roots of the same sums over every rank's rows
+            root = _tree_sums(ctx.comm, tree.layout, part, "bn-grad").cpu()
+            d_bias, d_weight = root[:width], root[width:] * invstd
+            sums = torch.cat([d_bias, d_weight])
         s_bias, s_weight = sums[:width], sums[width:]
         # dx = s (g - (s_bias + x_hat s_weight) / count), x_hat = (x - mean) invstd, s = w invstd
         s = invstd * weight.detach().double()
@@ -231,6 +279,9 @@ class BatchNormReluDropout(torch.autograd.Function):
         a = s * s_bias / ctx.count
         f32 = [v.float().numpy() for v in (mean, s, a, b)]
         _input_grad(g.numpy(), x.numpy(), *f32)
+        if tree is not None:  # the roots: the same bits on every rank, not summed again
+            add_global_grads(tree, [(weight, d_weight), (ctx.bias, d_bias)])
+            return g, None, None, None, None, None, None
         return g, d_weight.float(), d_bias.float(), None, None, None, None
 
 
@@ -253,6 +304,12 @@ def _evaluate_fused(norm: GraphBatchNorm, x: torch.Tensor) -> torch.Tensor:
         out.numpy(),
     )
     return out
+
+
+def fused_path(x: torch.Tensor) -> bool:
+    """Whether :func:`batch_norm_relu_dropout` takes the fused kernels for ``x`` (CPU,
+    float32, a matrix), else the composed operations."""
+    return x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() == 2
 
 
 def batch_norm_relu_dropout(
@@ -281,7 +338,7 @@ def batch_norm_relu_dropout(
         inplace_grad: the output's gradient comes from one consumer that made it afresh (the
             next layer), so the backward may overwrite it: no activation-sized buffer there.
     """
-    fusable = x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() == 2
+    fusable = fused_path(x)
     if training and fusable:
         return BatchNormReluDropout.apply(
             x, norm.weight, norm.bias, norm, comm, (global_ids, p, seed, epoch, layer), inplace_grad

@@ -13,7 +13,18 @@ tensor expressions). Running statistics (momentum
 hence in checkpoints.
 
 ``--norm layer`` normalises every node's row on its own (PyG ``LayerNorm(mode="node")``,
-``torch.nn.LayerNorm``): local to a rank, exact by construction.
+``torch.nn.LayerNorm``): local to a rank, exact by construction; only its weight and bias
+gradients are sums over rows.
+
+Inside a training step whose block tree is in force (the part has fixed node blocks:
+:mod:`fullgraph.distributed.tree_sum`) these sums over nodes are per-block float64 partials
+added in the block tree instead (:func:`~fullgraph.distributed.tree_sum.tree_root`), so they
+are the same bits at any rank count: BatchNorm's moments (the row count rides along), its
+backward's two column sums, whose roots are also its weight and bias gradients
+(:meth:`~fullgraph.distributed.tree_sum.BlockGradients.add_global`: not summed again), and
+LayerNorm's weight and bias gradients (per-block partials the step's tree adds,
+:meth:`~fullgraph.distributed.tree_sum.BlockGradients.add`). The running statistics follow
+from the moments, so they are the same bits at any rank count too.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fullgraph.distributed.tree_sum import BlockGradients, active_gradients, row_sum, tree_root
 from fullgraph.errors import ConfigError
 
 NORMS = ("none", "batch", "layer")
@@ -46,6 +58,50 @@ def global_moments(x: torch.Tensor, comm: Any) -> tuple[torch.Tensor, torch.Tens
     return mean, var, count
 
 
+def norm_tree(rows: int, *params: torch.Tensor | None) -> BlockGradients | None:
+    """The step's block tree when a norm over ``rows`` rows sums through it: a tree in force,
+    ``rows`` every inner row of the part, and each of ``params`` a leaf the tree takes or one
+    that wants no gradient (else ``None``: the rank-order sums)."""
+    tree = active_gradients()
+    if tree is None or rows != tree.layout.num_rows:
+        return None
+    if any(p is not None and p.requires_grad and not tree.handles(p, rows) for p in params):
+        return None
+    return tree
+
+
+def add_global_grads(tree: BlockGradients, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Give each ``(param, root)``'s ``param`` the tree-summed gradient ``root`` (in the
+    parameter's dtype and device), where it wants one."""
+    for param, root in pairs:
+        if param.requires_grad:
+            tree.add_global(param, root.to(device=param.device, dtype=param.dtype))
+
+
+def _column_sums_with_count(rows: torch.Tensor) -> torch.Tensor:
+    """A block's column sums in float64 and its row count: [width + 1]."""
+    count = torch.full((1,), float(rows.shape[0]), dtype=torch.float64, device=rows.device)
+    return torch.cat([rows.sum(dim=0, dtype=torch.float64), count])
+
+
+def tree_moments(
+    x: torch.Tensor, comm: Any, tree: BlockGradients
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """:func:`global_moments` over the block tree: the same two passes, every sum per block
+    in float64 and the blocks added in the tree (the same bits at any rank count)."""
+    layout = tree.layout
+    sums = tree_root(comm, layout, layout.partials(_column_sums_with_count, x), "bn-moments")
+    count = float(sums[-1])
+    mean = (sums[:-1] / count).to(device=x.device, dtype=x.dtype)
+
+    def squares(rows: torch.Tensor) -> torch.Tensor:
+        return (rows - mean).square_().sum(dim=0, dtype=torch.float64)
+
+    sq = tree_root(comm, layout, layout.partials(squares, x), "bn-moments")
+    var = (sq / count).to(device=x.device, dtype=x.dtype)
+    return mean, var, count
+
+
 class _GraphBatchNormFunction(torch.autograd.Function):
     """``(x - mean) / sqrt(var + eps) * weight + bias`` with moments over every rank's rows.
 
@@ -54,6 +110,9 @@ class _GraphBatchNormFunction(torch.autograd.Function):
     rank's ``sum dy`` and ``sum dy * x_hat`` (the bias and weight gradients) in one pass; the
     input gradient's batch terms need those two sums over ALL rows, one all-reduce, and then
     ``dx -= a + x * b`` (per-column ``a``, ``b``) in place. Saved: the input and the moments.
+    With the step's block tree (:func:`norm_tree`) the moments and the two sums are its roots
+    (:func:`tree_moments`; per-block ``sum dy`` and ``sum dy (x - mean)``), and the weight and
+    bias gradients go to the tree as roots (autograd gets ``None`` for them).
     """
 
     @staticmethod
@@ -67,8 +126,12 @@ class _GraphBatchNormFunction(torch.autograd.Function):
         stats_out: list,
     ) -> torch.Tensor:
         """Normalise with global moments; ``stats_out`` receives ``(mean, var, count)``."""
-        mean_x, var_x, count = global_moments(x, comm)
-        ctx.comm, ctx.count, ctx.eps = comm, count, eps
+        tree = norm_tree(int(x.shape[0]), weight, bias)
+        if tree is None:
+            mean_x, var_x, count = global_moments(x, comm)
+        else:
+            mean_x, var_x, count = tree_moments(x, comm, tree)
+        ctx.comm, ctx.count, ctx.eps, ctx.tree, ctx.bias = comm, count, eps, tree, bias
         ctx.save_for_backward(x, mean_x, var_x, weight)
         stats_out.append((mean_x, var_x, count))
         return torch.nn.functional.batch_norm(
@@ -80,6 +143,8 @@ class _GraphBatchNormFunction(torch.autograd.Function):
         """Input gradient from the global sums of ``dy`` and ``dy * x_hat``."""
         x, mean, var, weight = ctx.saved_tensors
         comm, count = ctx.comm, ctx.count
+        if ctx.tree is not None:
+            return _tree_backward(ctx, dy.contiguous(), x, mean, var, weight)
         dx, d_weight, d_bias = torch.ops.aten.native_batch_norm_backward(
             dy.contiguous(), x, weight, mean, var, None, None, False, ctx.eps, [True, True, True]
         )
@@ -96,6 +161,37 @@ class _GraphBatchNormFunction(torch.autograd.Function):
         a = scale * s_bias - b * mean.double()
         dx.sub_(a.to(dx.dtype)).addcmul_(x, b.to(dx.dtype), value=-1.0)
         return dx, d_weight, d_bias, None, None, None
+
+
+def _tree_backward(
+    ctx: Any,
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    weight: torch.Tensor,
+) -> tuple:
+    """:class:`_GraphBatchNormFunction`'s backward with the two sums over the block tree."""
+    tree: BlockGradients = ctx.tree
+    layout, count, width = tree.layout, ctx.count, x.shape[1]
+    dx = torch.ops.aten.native_batch_norm_backward(
+        dy, x, weight, mean, var, None, None, False, ctx.eps, [True, False, False]
+    )[0]
+    mean64 = mean.double()
+
+    def sums(dy_b: torch.Tensor, x_b: torch.Tensor) -> torch.Tensor:
+        centred = dy_b.double() * (x_b.double() - mean64)
+        return torch.cat([dy_b.sum(dim=0, dtype=torch.float64), centred.sum(dim=0)])
+
+    root = tree_root(ctx.comm, layout, layout.partials(sums, dy, x), "bn-grad").to(dy.device)
+    invstd = torch.rsqrt(var.double() + ctx.eps)
+    s_bias, s_weight = root[:width], root[width:] * invstd  # sum dy, sum dy x_hat
+    scale = invstd * weight.double() / count
+    b = scale * invstd * s_weight
+    a = scale * s_bias - b * mean64
+    dx.sub_(a.to(dx.dtype)).addcmul_(x, b.to(dx.dtype), value=-1.0)
+    add_global_grads(tree, [(weight, s_weight), (ctx.bias, s_bias)])
+    return dx, None, None, None, None, None
 
 
 class GraphBatchNorm(nn.Module):
@@ -146,12 +242,69 @@ class GraphBatchNorm(nn.Module):
         self.num_batches_tracked += 1
 
 
+class _NodeLayerNormFunction(torch.autograd.Function):
+    """``F.layer_norm`` whose weight and bias gradients go to the step's block tree.
+
+    Backward: the input gradient as torch's own (``native_layer_norm_backward``, the same
+    bits), and per block ``sum dy x_hat`` and ``sum dy`` pushed into the tree (autograd gets
+    ``None`` for the weight and bias).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        shape: list[int],
+        eps: float,
+        tree: BlockGradients,
+    ) -> torch.Tensor:
+        """``F.layer_norm(x, shape, weight, bias, eps)``; keeps the rows' mean and rstd."""
+        y, mean, rstd = torch.ops.aten.native_layer_norm(x, shape, weight, bias, eps)
+        ctx.shape, ctx.tree = shape, tree
+        ctx.save_for_backward(x, mean, rstd, weight, bias)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple:
+        """Input gradient from torch; the weight and bias gradients as block partials."""
+        x, mean, rstd, weight, bias = ctx.saved_tensors
+        dy = dy.contiguous()
+        dx = None
+        if ctx.needs_input_grad[0]:
+            dx = torch.ops.aten.native_layer_norm_backward(
+                dy, x, ctx.shape, mean, rstd, weight, bias, [True, False, False]
+            )[0]
+        tree: BlockGradients = ctx.tree
+        if ctx.needs_input_grad[1]:
+
+            def weight_partial(
+                dy_b: torch.Tensor, x_b: torch.Tensor, mean_b: torch.Tensor, rstd_b: torch.Tensor
+            ) -> torch.Tensor:
+                return row_sum(dy_b * ((x_b - mean_b) * rstd_b))
+
+            tree.add(weight, weight_partial, dy, x, mean, rstd)
+        if ctx.needs_input_grad[2]:
+            tree.add(bias, row_sum, dy)
+        return dx, None, None, None, None, None
+
+
 class NodeLayerNorm(nn.LayerNorm):
-    """LayerNorm of every node's row on its own (PyG ``LayerNorm(mode="node")``)."""
+    """LayerNorm of every node's row on its own (PyG ``LayerNorm(mode="node")``).
+
+    Inside a training step with a block tree (:func:`norm_tree`), the weight and bias
+    gradients are its per-block partials (:class:`_NodeLayerNormFunction`); the output and
+    the input gradient are torch's, the same bits.
+    """
 
     def forward(self, x: torch.Tensor, comm: Any = None) -> torch.Tensor:
         """Normalise each row of ``x``; ``comm`` is accepted for a uniform call and unused."""
-        return super().forward(x)
+        tree = norm_tree(int(x.shape[0]), self.weight, self.bias)
+        if tree is None or self.weight is None or self.bias is None or x.dim() != 2:
+            return super().forward(x)
+        shape = list(self.normalized_shape)
+        return _NodeLayerNormFunction.apply(x, self.weight, self.bias, shape, self.eps, tree)
 
 
 def make_norm(kind: str, width: int) -> nn.Module | None:

@@ -2,16 +2,18 @@
 
 ``bitwise --parts DIR --transports T... --models M...``: trains each model (2 layers, dropout
 on) for :data:`EPOCHS` epochs over each transport and saves (rank 0, ``.npz``) the loss of
-every epoch, the parameters at the end, and whether the part carried fixed node blocks (the
-block tree was used). The test calls :func:`train_models` in-process on the whole graph for the
-reference.
+every epoch, the parameters and the buffers (BatchNorm's running statistics) at the end, and
+whether the part carried fixed node blocks (the block tree was used). The test calls
+:func:`train_models` in-process on the whole graph for the reference.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 from harness import Tasks, communicators, main
@@ -43,10 +45,16 @@ def parse_spec(model: str) -> tuple[str, str, dict[str, Any]]:
 
 
 def train_models(part: Any, comm: Any, models: list[str]) -> dict[str, np.ndarray]:
-    """Losses, final parameters and the blocks flag of each model, keyed ``model/...``
-    (:func:`parse_spec`: ``KIND[:VARIANT][;KEY=VALUE...]``, the values overriding the
-    config); a model named ``KIND:rank-order`` trains without the block tree (the sums over
-    nodes in rank order, as a partition without blocks: the negative control)."""
+    """Losses, final parameters and buffers and the blocks flag of each model, keyed
+    ``model/...`` (:func:`parse_spec`: ``KIND[:VARIANT][;KEY=VALUE...]``, the values
+    overriding the config); a model named ``KIND:rank-order`` trains without the block tree
+    (the sums over nodes in rank order, as a partition without blocks: the negative control),
+    ``KIND:norm-rank-order`` with only the norm's sums in rank order (its control),
+    ``KIND:composed`` with ``--norm batch`` as three operations (BatchNorm, ReLU, dropout:
+    the path of other devices and dtypes) instead of the fused CPU kernels."""
+    import torch
+
+    from fullgraph.models import batch_norm_relu, norm
     from fullgraph.models.gnn import parameter_vector
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
@@ -61,11 +69,29 @@ def train_models(part: Any, comm: Any, models: list[str]) -> dict[str, np.ndarra
         tr = Trainer(part, comm, cfg, RunOptions(quiet=True))
         if variant == "rank-order":
             tr.ctx.blocks = None
-        losses = [tr.train_step(epoch).loss for epoch in range(1, EPOCHS + 1)]
+        with contextlib.ExitStack() as stack:
+            if variant == "composed":
+                stack.enter_context(mock.patch.object(batch_norm_relu, "fused_path", _never))
+            if variant == "norm-rank-order":
+                for module in (norm, batch_norm_relu):
+                    stack.enter_context(mock.patch.object(module, "norm_tree", _no_tree))
+            losses = [tr.train_step(epoch).loss for epoch in range(1, EPOCHS + 1)]
         out[f"{model}/losses"] = np.asarray(losses)
         out[f"{model}/params"] = parameter_vector(tr.model).numpy().copy()
+        buffers = [b.reshape(-1).double() for _, b in tr.model.named_buffers()]
+        out[f"{model}/buffers"] = torch.cat([torch.zeros(0, dtype=torch.float64), *buffers]).numpy()
         out[f"{model}/blocks"] = np.asarray(tr.ctx.blocks is not None)
     return out
+
+
+def _never(x: Any) -> bool:
+    """A stand-in for ``batch_norm_relu.fused_path``: never fused."""
+    return False
+
+
+def _no_tree(rows: int, *params: Any) -> None:
+    """A stand-in for ``norm.norm_tree``: the norm's sums in rank order."""
+    return None
 
 
 TASKS = Tasks()
