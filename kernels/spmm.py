@@ -232,7 +232,8 @@ def spmm_ordered_(
 
     Args:
         out: contiguous [N, F] (modified at ``rows`` only): float32 for a 16-bit ``X`` (its
-            sums float64 on the CPU, float32 elsewhere, rounded once), else ``X``'s dtype.
+            sums float64 on the CPU, float32 elsewhere, rounded once), or ``X``'s 16-bit dtype
+            (those float32 sums rounded once more), else ``X``'s dtype.
         A: the rows to compute; a column ``c < X.shape[0]`` reads ``X[c]``, a larger one
             ``halo[c - X.shape[0]]``.
         rows: int64 [A.num_rows], distinct rows of ``out``.
@@ -259,5 +260,6 @@ def spmm_ordered_(
     src = X if halo is None or halo.shape[0] == 0 else torch.cat([X, halo.to(X.dtype)])
     if src.shape[0] != A.num_cols:
         A = CSRMatrix._trusted(A.indptr, A.indices, A.values, A.num_rows, int(src.shape[0]))
-    out.index_copy_(0, rows, spmm_forward(A, src, backend, out.dtype))
+    wide = torch.float32 if out.dtype in (torch.bfloat16, torch.float16) else out.dtype
+    out.index_copy_(0, rows, spmm_forward(A, src, backend, wide).to(out.dtype))
     return out

@@ -402,6 +402,52 @@ def _ordered_rows_bf16(
                 o[f] = acc[f]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _to_bf16_bits(v):  # pragma: no cover - JIT
+    """The bfloat16 bit pattern of float32 ``v``, rounded to nearest even (as torch's
+    ``float.to(torch.bfloat16)``; a NaN becomes 0x7FC0)."""
+    if v != v:
+        return np.uint16(0x7FC0)
+    u = np.array([v], np.float32).view(np.uint32)[0]
+    u = u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
+    return np.uint16(u >> np.uint32(16))
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _ordered_rows_bf16_out(
+    indptr, indices, values, has_values, x16, halo16, num_local, out16, rowmap, bounds
+):  # pragma: no cover - JIT
+    """``_ordered_rows_bf16`` writing bfloat16 (uint16 bit patterns into ``out16``): each
+    row's float64 sum rounded to float32, then to bfloat16, as ``out.float()`` then
+    ``.to(torch.bfloat16)`` would, without the float32 matrix."""
+    nf = x16.shape[1]
+    last = indices.shape[0] - PREFETCH_DISTANCE
+    for c in numba.prange(bounds.shape[0] - 1):
+        wide = np.empty(nf, np.uint32)
+        xf = wide.view(np.float32)
+        acc = np.empty(nf, np.float64)
+        for r in range(bounds[c], bounds[c + 1]):
+            for f in range(nf):
+                acc[f] = 0.0
+            for e in range(indptr[r], indptr[r + 1]):
+                if e < last:
+                    ahead = indices[e + PREFETCH_DISTANCE]
+                    if ahead < num_local:
+                        _prefetch_row(x16, ahead)
+                    else:
+                        _prefetch_row(halo16, ahead - num_local)
+                col = indices[e]
+                xr = x16[col] if col < num_local else halo16[col - num_local]
+                for f in range(nf):
+                    wide[f] = np.uint32(xr[f]) << np.uint32(16)
+                w = values[e] if has_values else np.float32(1.0)
+                for f in range(nf):
+                    acc[f] += w * xf[f]
+            o = out16[rowmap[r]]
+            for f in range(nf):
+                o[f] = _to_bf16_bits(np.float32(acc[f]))
+
+
 def _bits16(x: torch.Tensor) -> np.ndarray:
     """The bit patterns of a bfloat16 tensor, uint16, C-contiguous."""
     return x.contiguous().view(torch.int16).numpy().view(np.uint16)
@@ -418,8 +464,10 @@ def spmm_ordered_numba(
     one pass, the same kernel whatever the split of its columns between ``X`` and ``halo``.
 
     Args:
-        out: C-contiguous on the CPU (modified at ``rows`` only): float32 for bfloat16 ``X``
-            (sums in float64, rounded once), else ``X``'s dtype.
+        out: C-contiguous on the CPU (modified at ``rows`` only): float32 or bfloat16 for
+            bfloat16 ``X`` (sums in float64, rounded to float32 once, then to bfloat16 for a
+            bfloat16 ``out``: the bits of ``out.float().to(torch.bfloat16)``), else ``X``'s
+            dtype.
         A: CSRMatrix on the CPU; a column ``c < X.shape[0]`` reads ``X[c]``, a larger one
             ``halo[c - X.shape[0]]``.
         rows: int64 [A.num_rows], distinct: the row of ``out`` each row of ``A`` writes.
@@ -438,12 +486,18 @@ def spmm_ordered_numba(
     indptr = A.indptr.numpy()
     has_values = A.values is not None
     values = A.values.numpy() if has_values else np.empty(0, np.float32)
-    args_tail = (num_local, out.numpy(), rows.numpy())
+    if out.dtype == torch.bfloat16 and X.dtype != torch.bfloat16:
+        raise ValueError("spmm_ordered_numba: a bfloat16 out needs bfloat16 X")
+    # a bfloat16 out: its own memory as uint16 bit patterns, written in place
+    out_np = out.view(torch.int16).numpy().view(np.uint16) if out.dtype == torch.bfloat16 else None
+    args_tail = (num_local, out.numpy() if out_np is None else out_np, rows.numpy())
     with numba_launch() as threads:
         bounds = row_ranges(indptr, threads)
         if X.dtype == torch.bfloat16:
             src = (_bits16(X), _bits16(halo.to(torch.bfloat16)))
             kernel = _ordered_rows_bf16
+            if out_np is not None:
+                kernel = _ordered_rows_bf16_out
         else:
             src = (X.contiguous().numpy(), halo.to(X.dtype).contiguous().numpy())
             kernel = _ordered_rows

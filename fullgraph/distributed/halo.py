@@ -319,7 +319,11 @@ class HaloExchange(torch.autograd.Function):
 
 
 def aggregate_rows(
-    h: torch.Tensor, op: SplitOperator, plan: HaloPlan, key: tuple[int, int] | None
+    h: torch.Tensor,
+    op: SplitOperator,
+    plan: HaloPlan,
+    key: tuple[int, int] | None,
+    rows_dtype: bool = False,
 ) -> torch.Tensor:
     """``A [h; halo(h)]`` without autograd, every row summed in ascending global id of its
     sources (the same bits at every rank count), the exchange overlapped with the interior
@@ -333,14 +337,17 @@ def aggregate_rows(
         op: the split operator.
         plan: the exchange plan.
         key: the exchange's key from :meth:`HaloPlan.next_key` (``None``: float32).
+        rows_dtype: return the rows' own dtype (bf16-mixed: bfloat16, each float32 sum
+            rounded once more in the kernel, the bits of ``.to(torch.bfloat16)`` of the
+            float32 result), not float32.
 
     Returns:
         A new tensor, float [num_inner, W] (float32 for 16-bit rows, summed in float64 on the
-        CPU and rounded once).
+        CPU and rounded once; ``rows_dtype``: the rows' dtype).
     """
     h = plan.rows_in(h)
     split = op.ordered(plan.global_ids)
-    dtype = accumulate_dtype(h.dtype) or h.dtype
+    dtype = h.dtype if rows_dtype else (accumulate_dtype(h.dtype) or h.dtype)
     y = torch.empty((split.num_rows, h.shape[1]), dtype=dtype, device=h.device)
 
     def interior() -> None:
@@ -385,8 +392,8 @@ def aggregate_transpose(
         plan.comm, plan.send_index, plan.send_counts, plan.recv_counts, plan.global_ids
     )
     split = rev.split
-    dtype = accumulate_dtype(grad_y.dtype) or grad_y.dtype
-    out = torch.empty((split.num_rows, grad_y.shape[1]), dtype=dtype, device=grad_y.device)
+    # 16-bit rows: the kernel's float32 sums rounded to their dtype in place (no float32 copy)
+    out = torch.empty((split.num_rows, grad_y.shape[1]), dtype=grad_y.dtype, device=grad_y.device)
 
     def interior() -> None:
         spmm_ordered_(out, split.interior, split.interior_rows, grad_y)
@@ -410,7 +417,7 @@ def aggregate_transpose(
 
         received = slicing.land(start, pieces, sum(rev.recv_counts), interior).to(grad_y.dtype)
     spmm_ordered_(out, split.boundary, split.boundary_rows, grad_y, received)
-    return out if out.dtype == grad_y.dtype else out.to(grad_y.dtype)
+    return out
 
 
 def accumulate_dtype(dtype: torch.dtype) -> torch.dtype | None:

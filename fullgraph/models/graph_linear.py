@@ -136,8 +136,8 @@ class GraphLinearFunction(torch.autograd.Function):
             m = spec.precomputed
             if m is None:
                 key = None if plan.comm.size == 1 else plan.next_key()
-                m = aggregate_rows(src_in, op, plan, key)
-                m = plan.rows_in(m)  # kept for dW: in bfloat16 under bf16-mixed
+                # kept for dW: in bfloat16 under bf16-mixed (rounded in the kernel)
+                m = aggregate_rows(src_in, op, plan, key, rows_dtype=True)
             if mixed:
                 y = torch.mm(plan.rows_in(m), w.t()).float()
                 if bias is not None:

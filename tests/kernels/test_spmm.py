@@ -206,3 +206,32 @@ def test_spmm_ordered_reads_split_sources_alike(monkeypatch, name, dtype):
     want = torch.from_numpy(A.to_scipy().astype(np.float64) @ x.double().numpy()).float()
     atol, rtol = TOLERANCES[torch.float32]
     torch.testing.assert_close(whole[rows], want, atol=atol * 1e3, rtol=rtol)
+
+
+@pytest.mark.parametrize("name", ["torch", "cpu"])
+def test_spmm_ordered_bf16_out_is_the_float32_result_rounded(monkeypatch, name):
+    """A bfloat16 ``out`` holds the bits of the float32 result's ``.to(torch.bfloat16)``
+    (round to nearest even, ties included: values built to land halfway between two bfloat16
+    numbers), with split sources alike, and ``rows`` only written."""
+    use_backend(monkeypatch, name)
+    rng = np.random.default_rng(11)
+    n_rows, n_cols, width = 30, 45, 21
+    counts = rng.integers(0, 7, n_rows)
+    counts[0] = 1  # a row that copies one source: a halfway value stays one
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    indices = rng.integers(0, n_cols, indptr[-1])
+    indices[0] = 0
+    values = rng.random(indptr[-1]).astype(np.float32)
+    values[0] = 1.0 + 2.0**-8  # 1 + 2^-8 times a bfloat16: float32 sums near ties
+    A = CSRMatrix(indptr, indices, values, num_cols=n_cols)
+    x = (torch.randn(n_cols, width) * 10 ** torch.empty(n_cols, 1).uniform_(-3, 3)).bfloat16()
+    rows = torch.from_numpy(rng.permutation(40)[:n_rows].astype(np.int64))
+    wide = spmm_ordered_(torch.zeros(40, width), A, rows, x)
+    for cut in (0, 20, n_cols):
+        out = torch.full((40, width), -7.0).bfloat16()
+        got = spmm_ordered_(out, A, rows, x[:cut], x[cut:])
+        assert got.dtype == torch.bfloat16
+        assert torch.equal(got[rows], wide[rows].to(torch.bfloat16)), cut
+        untouched = torch.ones(40, dtype=torch.bool)
+        untouched[rows] = False
+        assert bool((got[untouched] == -7.0).all())

@@ -88,9 +88,9 @@ def test_the_order_follows_the_widths(layer, order: str, monkeypatch) -> None:
     aggregated: list[tuple[str, int]] = []
     aggregate = gl.aggregate_rows
 
-    def recorded(rows: torch.Tensor, *args):
+    def recorded(rows: torch.Tensor, *args, **kwargs):
         aggregated.append(("h" if rows is t["h"] else "h W^T", int(rows.shape[1])))
-        return aggregate(rows, *args)
+        return aggregate(rows, *args, **kwargs)
 
     monkeypatch.setattr(gl, "aggregate_rows", recorded)
     gl.graph_linear(t["h"], op, plan, t["weight"], t["bias"])
