@@ -18,10 +18,11 @@ result does not depend on the thread count. Inside a training step whose block t
 (:func:`~fullgraph.models.norm.norm_tree`) the blocks are the part's node blocks instead (rows
 ``layout.block_rows[layout.block_ptr[k]:layout.block_ptr[k + 1]]`` for block ``k``, in that
 order) and their partials, the row count riding along, are added in the block tree
-(:func:`~fullgraph.distributed.tree_sum.tree_root`): the moments, the running statistics, the
-input gradient and the weight and bias gradients (the backward's roots, given to the tree as
-they are) are then the same bits at any rank count. Other devices and dtypes take the
-composed path (:class:`~fullgraph.models.norm.GraphBatchNorm`, then ReLU and dropout): same
+(:func:`interval_sums`, then
+:meth:`~fullgraph.distributed.communicator.Communicator.tree_sum_`): the moments, the running
+statistics, the input gradient and the weight and bias gradients (the backward's roots, given
+to the tree as they are) are then the same bits at any rank count. Other devices and dtypes
+take the composed path (:class:`~fullgraph.models.norm.GraphBatchNorm`, then ReLU and dropout): same
 values to rounding, and the same use of the tree.
 """
 
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fullgraph.distributed.tree_sum import BlockGradients, BlockLayout, DyadicStack, tree_root
+from fullgraph.distributed.tree_sum import BlockGradients, BlockLayout
 from fullgraph.models.dropout import ReluDropout, stream_key, zero_dropped_lanes
 from fullgraph.models.norm import GraphBatchNorm, add_global_grads, norm_tree
 
@@ -170,6 +171,27 @@ def _row_blocks(n: int, tree: BlockGradients | None) -> tuple[np.ndarray, np.nda
     return np.arange(n, dtype=np.int64), ptr
 
 
+def interval_sums(layout: BlockLayout, partials: np.ndarray) -> np.ndarray:
+    """The sums of the part's tree intervals (``layout.labels``) over per-block partials
+    ``partials`` ([blocks, n], the part's blocks in order): what a
+    :class:`~fullgraph.distributed.tree_sum.DyadicStack` pushed with them holds (each
+    interval's blocks added pairwise level by level, ``left + right``; a left child whose
+    right sibling holds no block of the graph kept as is), in a few numpy passes instead of a
+    push per block."""
+    out = np.empty((len(layout.labels), partials.shape[1]))
+    at = 0
+    for j, (level, index) in enumerate(layout.labels):
+        held = min((index + 1) << level, layout.num_blocks) - (index << level)
+        vals = partials[at : at + held]
+        at += held
+        while len(vals) > 1:
+            even = len(vals) // 2 * 2
+            pairs = vals[0:even:2] + vals[1:even:2]
+            vals = np.concatenate([pairs, vals[even:]]) if even < len(vals) else pairs
+        out[j] = vals[0]
+    return out
+
+
 def _tree_sums(
     comm: Any, layout: BlockLayout, part: np.ndarray, key: str, count: bool = False
 ) -> torch.Tensor:
@@ -179,10 +201,8 @@ def _tree_sums(
     if count:
         rows = np.diff(layout.block_ptr).astype(np.float64)
         flat = np.concatenate([flat, rows[:, None]], axis=1)
-    stack = DyadicStack(layout.num_blocks, in_place=True)
-    for block, values in zip(layout.block_ids.tolist(), np.ascontiguousarray(flat), strict=True):
-        stack.push((0, block), torch.from_numpy(values))
-    return tree_root(comm, layout, stack, key)
+    nodes = torch.from_numpy(interval_sums(layout, flat))
+    return comm.tree_sum_(nodes, layout.labels, layout.num_blocks, key=key, tag="norm")
 
 
 class BatchNormReluDropout(torch.autograd.Function):

@@ -5,7 +5,9 @@
   and off, with a large column mean (the shifted sums must not cancel) and after the running
   mean has moved;
 - rows split over 2 and 3 in-process ranks give the one-process output and gradients;
-- the composed path (float64) is what other dtypes take.
+- the composed path (float64) is what other dtypes take;
+- under the block tree, a part's interval sums are the bits a ``DyadicStack`` pushed with its
+  blocks' partials holds (the fused kernels' fast path), for any blocks a part may hold.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import torch
 from test_norm import _ThreadComm
 
 from fullgraph.distributed import Communicator
-from fullgraph.models.batch_norm_relu import BLOCK_ROWS, batch_norm_relu_dropout
+from fullgraph.distributed.tree_sum import BlockLayout, DyadicStack
+from fullgraph.models.batch_norm_relu import BLOCK_ROWS, batch_norm_relu_dropout, interval_sums
 from fullgraph.models.dropout import ReluDropout
 from fullgraph.models.norm import GraphBatchNorm
 
@@ -168,3 +171,20 @@ def test_evaluation_is_one_pass_into_the_kept_buffer() -> None:
     assert got.data_ptr() == kept  # no new activation-sized buffer
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert (got == 0).float().mean() < 0.75  # ReLU only: nothing dropped in evaluation
+
+
+@pytest.mark.parametrize("num_blocks", [1, 2, 7, 16, 37])
+def test_interval_sums_are_the_stacks(num_blocks: int) -> None:
+    rng = np.random.default_rng(num_blocks)
+    for _ in range(20):
+        ids = np.flatnonzero(rng.random(num_blocks) < rng.uniform(0.2, 1.0))
+        if not len(ids):
+            ids = np.array([int(rng.integers(num_blocks))])
+        layout = BlockLayout(num_blocks, ids, np.arange(len(ids)), np.arange(len(ids) + 1))
+        partials = rng.standard_normal((len(ids), 5)) * 10.0 ** rng.integers(-8, 8, (len(ids), 5))
+        stack = DyadicStack(num_blocks)
+        for b, v in zip(ids.tolist(), partials, strict=True):
+            stack.push((0, b), torch.from_numpy(v.copy()))
+        got = torch.from_numpy(interval_sums(layout, partials))
+        assert stack.labels == layout.labels
+        assert torch.equal(got, torch.stack(stack.values)), (ids, layout.labels)
