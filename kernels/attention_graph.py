@@ -20,12 +20,28 @@ from fullgraph.kernels.csr import CSRMatrix
 _KEPT_AS = "_attention_graph"
 
 
+def _by_global_id(indptr: torch.Tensor, indices: torch.Tensor, gids: np.ndarray) -> torch.Tensor:
+    """``indices`` with every row's entries in ascending global id (stable: duplicates keep
+    their order), on ``indices``'s device; ``indices`` itself when they ascend already."""
+    cols = indices.cpu().numpy()
+    keys = gids[cols]
+    rows = np.repeat(np.arange(indptr.numel() - 1, dtype=np.int64), np.diff(indptr.cpu().numpy()))
+    ascending = np.ones(keys.size, dtype=bool)
+    ascending[1:] = (keys[1:] >= keys[:-1]) | (rows[1:] != rows[:-1])
+    if bool(ascending.all()):
+        return indices
+    order = np.lexsort((keys, rows))
+    return torch.from_numpy(cols[order]).to(indices.device)
+
+
 @dataclass(eq=False)
 class AttentionGraph:
     """A rank's in-edges for attention: CSR rows = inner nodes, columns = local ids.
 
     Self-loops of the input are dropped (the kernels add one per row, as PyG's ``GATConv``
-    removes and re-adds them). The transpose (for the backward's column pass), the row ranges
+    removes and re-adds them), and every row's entries ascend in global id of the source
+    (duplicates in their order): the kernels' row sums then add their terms in the same order
+    at every rank count. The transpose (for the backward's column pass), the row ranges
     per thread and the torch back-end's edge lists are built on first use and kept.
 
     Attributes:
@@ -69,6 +85,7 @@ class AttentionGraph:
             gids = np.ascontiguousarray(global_ids, dtype=np.int64)
         if gids.shape[0] != structure.num_cols:
             raise ValueError(f"{gids.shape[0]} global ids for {structure.num_cols} local nodes")
+        indices = _by_global_id(indptr, indices, gids)
         graph = cls(
             indptr.contiguous(), indices.contiguous(), gids, structure.num_rows, structure.num_cols
         )

@@ -29,6 +29,15 @@ recomputes the per-edge ones in the backward pass. The projection and both atten
 from one product with ``[W ; W_src ; W_dst]`` (:meth:`GATLayer.extended_weight`), whose first
 ``heads * (width + 1)`` columns are the rows the attention reads and, on several ranks, the
 projected rows exchanged.
+
+Under the step's block tree (:mod:`fullgraph.distributed.tree_sum`: a partition with fixed node
+blocks) a training step is the same bits at any rank count: the extended weight is a stand-in
+(:meth:`~fullgraph.distributed.tree_sum.BlockGradients.derive`) applied to the inner rows only,
+its gradient summed per block over the tree and then taken back to ``lin.weight``, ``att_src``
+and ``att_dst``; the halo rows are always the projected rows (without a gradient), and every
+source's gradient is summed on its owner in a fixed order
+(:class:`~fullgraph.distributed.ordered_attention.OrderedAttention`); the bias's gradient is
+its row sums per block (:func:`~fullgraph.models.tree_bias.tree_bias`).
 """
 
 from __future__ import annotations
@@ -37,11 +46,14 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch import nn
 
 from fullgraph.config import check_number, check_probability
 from fullgraph.distributed.halo import HaloExchange
+from fullgraph.distributed.ordered_attention import OrderedAttention
+from fullgraph.distributed.tree_sum import BlockGradients, active_gradients
 from fullgraph.kernels import CSRMatrix
 from fullgraph.kernels.attention_dropout import attention_keys
 from fullgraph.kernels.attention_graph import AttentionGraph
@@ -57,6 +69,7 @@ from fullgraph.models.layers.base import (
 )
 from fullgraph.models.local_graph import local_csr, no_operator
 from fullgraph.models.mixed_linear import mixed_linear
+from fullgraph.models.tree_bias import tree_bias
 
 if TYPE_CHECKING:
     from fullgraph.partition import Partition
@@ -218,6 +231,11 @@ class GATLayer(GraphLayer):
         graph = AttentionGraph.of(ctx.structure, ctx.local_global_ids)
         sent = self.heads * (self.width + 1)  # the projected rows and the source terms
         weight = self.extended_weight()
+        p = self.attention_dropout if training else 0.0
+        keys = attention_keys(ctx.seed, epoch, index, self.heads) if p > 0 else None
+        tree = active_gradients()
+        if tree is not None:
+            return self._forward_ordered(h, ctx, graph, tree, weight, keys, p)
         if distributed and self.exchanges_input:
             if isinstance(h, CSRMatrix):
                 raise TypeError("GAT exchanges its input here: give it dense rows")
@@ -233,8 +251,6 @@ class GATLayer(GraphLayer):
                 bf16 = plan.row_dtype if dense else None  # rows of a bf16 product: lossless
                 halo = HaloExchange.apply(rows[:, :sent], plan, bf16)
                 rows = torch.cat([rows[:, :sent], halo])
-        p = self.attention_dropout if training else 0.0
-        keys = attention_keys(ctx.seed, epoch, index, self.heads) if p > 0 else None
         out = edge_attention(
             rows,
             adst,
@@ -248,3 +264,53 @@ class GATLayer(GraphLayer):
         if not self.concat:
             out = out.view(-1, self.heads, self.width).mean(dim=1)
         return out + self.bias
+
+    def _forward_ordered(
+        self,
+        h: torch.Tensor | CSRMatrix,
+        ctx: GraphContext,
+        graph: AttentionGraph,
+        tree: BlockGradients,
+        weight: torch.Tensor,
+        keys: np.ndarray | None,
+        p: float,
+    ) -> torch.Tensor:
+        """The training step under the block tree: the same bits at any rank count.
+
+        The extended weight is a stand-in (:meth:`~fullgraph.distributed.tree_sum.
+        BlockGradients.derive`) applied to the inner rows only (its gradient per block, then
+        back to ``lin.weight``, ``att_src``, ``att_dst``); the halo rows' ``[xp | asrc]`` come
+        from their owners without a gradient (the projected-rows exchange, whatever the
+        widths), and :class:`~fullgraph.distributed.ordered_attention.OrderedAttention` sums
+        every source's gradient on its owner in a fixed order; the bias's row sums per block
+        (:func:`~fullgraph.models.tree_bias.tree_bias`).
+        """
+        plan = ctx.plan
+        sent = self.heads * (self.width + 1)
+        dense = not isinstance(h, CSRMatrix)
+        rows = h.num_rows if isinstance(h, CSRMatrix) else int(h.shape[0])
+        if dense and weight.requires_grad and tree.handles(self.lin.weight, rows):
+            stand_in = weight.detach().requires_grad_()
+            tree.derive(stand_in, weight, [self.lin.weight, self.att_src, self.att_dst])
+            weight = stand_in  # a leaf over every inner row: mixed_linear pushes its partials
+        inner = mixed_linear(h, weight, plan.row_dtype) if dense else times_weight(h, weight)
+        halo = None
+        if plan.comm.size > 1:
+            bf16 = plan.row_dtype if dense else None  # rows of a bf16 product: lossless
+            halo = HaloExchange.apply(inner[:, :sent].detach(), plan, bf16)
+        out = OrderedAttention.apply(
+            inner,
+            halo,
+            graph,
+            ctx.structure,
+            plan,
+            graph.global_ids,
+            self.heads,
+            self.width,
+            keys,
+            p,
+            NEGATIVE_SLOPE,
+        )
+        if not self.concat:
+            out = out.view(-1, self.heads, self.width).mean(dim=1)
+        return tree_bias(out, self.bias)
