@@ -51,11 +51,14 @@ def train_models(part: Any, comm: Any, models: list[str]) -> dict[str, np.ndarra
     (the sums over nodes in rank order, as a partition without blocks: the negative control),
     ``KIND:norm-rank-order`` with only the norm's sums in rank order (its control),
     ``KIND:composed`` with ``--norm batch`` as three operations (BatchNorm, ReLU, dropout:
-    the path of other devices and dtypes) instead of the fused CPU kernels."""
+    the path of other devices and dtypes) instead of the fused CPU kernels,
+    ``gat:attention-rank-order`` with GAT's source gradients as before (halo gradients sent
+    back and added on the owners in rank order: :class:`RankOrderAttention`; its control)."""
     import torch
 
     from fullgraph.models import batch_norm_relu, norm
     from fullgraph.models.gnn import parameter_vector
+    from fullgraph.models.layers import gat
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
     out: dict[str, np.ndarray] = {}
@@ -75,6 +78,8 @@ def train_models(part: Any, comm: Any, models: list[str]) -> dict[str, np.ndarra
             if variant == "norm-rank-order":
                 for module in (norm, batch_norm_relu):
                     stack.enter_context(mock.patch.object(module, "norm_tree", _no_tree))
+            if variant == "attention-rank-order":
+                stack.enter_context(mock.patch.object(gat, "OrderedAttention", RankOrderAttention))
             losses = [tr.train_step(epoch).loss for epoch in range(1, EPOCHS + 1)]
         out[f"{model}/losses"] = np.asarray(losses)
         out[f"{model}/params"] = parameter_vector(tr.model).numpy().copy()
@@ -92,6 +97,29 @@ def _never(x: Any) -> bool:
 def _no_tree(rows: int, *params: Any) -> None:
     """A stand-in for ``norm.norm_tree``: the norm's sums in rank order."""
     return None
+
+
+class RankOrderAttention:
+    """A stand-in for ``gat.OrderedAttention``: the attention kernel over ``[inner; halo]``,
+    the halo rows exchanged again with autograd so their gradients go back to the owners and
+    are added there in rank order (the previous backward); the parameters still take the
+    block tree."""
+
+    @staticmethod
+    def apply(inner: Any, halo: Any, graph: Any, structure: Any, plan: Any, *args: Any) -> Any:
+        import torch
+
+        from fullgraph.distributed.halo import HaloExchange
+        from fullgraph.kernels.edge_attention import edge_attention
+
+        _, heads, width, keys, p, slope = args
+        sent = heads * (width + 1)
+        rows = inner[:, :sent]
+        if halo is not None:
+            rows = torch.cat([rows, HaloExchange.apply(rows, plan)])
+        return edge_attention(
+            rows, inner[:, sent:], graph, heads=heads, width=width, slope=slope, p=p, keys=keys
+        )
 
 
 TASKS = Tasks()
