@@ -5,7 +5,11 @@
   concatenated rows when the rows are split over ranks (threads over a fake all-reduce);
 - ``NodeLayerNorm`` equals PyG's ``LayerNorm(mode="node")``;
 - a run with ``--norm batch`` resumed from its checkpoint reproduces the uninterrupted losses
-  (the running statistics travel in the checkpoint).
+  (the running statistics travel in the checkpoint);
+- under a block tree (one process, rows out of block order), ``NodeLayerNorm``'s output and
+  input gradient are torch's own bits and its weight and bias gradients go to the tree, and
+  ``GraphBatchNorm``'s go to it as roots, close to the all-reduced ones (the bits at any rank
+  count: ``tests/training/test_bitwise.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from harness import assert_matches_one_process
@@ -21,6 +26,7 @@ from mp_utils import one_thread
 
 from fullgraph.cli import main as cli_main
 from fullgraph.distributed import Communicator
+from fullgraph.distributed.tree_sum import BlockGradients, BlockLayout, collecting
 from fullgraph.models.norm import GraphBatchNorm, NodeLayerNorm, make_norm
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
@@ -164,3 +170,49 @@ def test_resume_with_batch_norm_is_exact(tmp_path: Path, monkeypatch) -> None:
         return {r["epoch"]: r["loss"] for r in rows if not r.get("final")}
 
     assert losses(part) == losses(full)
+
+
+def _layout(n: int, blocks: int, seed: int) -> BlockLayout:
+    """``blocks`` blocks over ``n`` rows held out of row order."""
+    rows = np.random.default_rng(seed).permutation(n)
+    return BlockLayout(blocks, np.arange(blocks), rows, np.linspace(0, n, blocks + 1).astype(int))
+
+
+def test_layer_norm_under_the_tree_is_torchs_with_tree_gradients() -> None:
+    torch.manual_seed(3)
+    x, dy = torch.randn(300, 9) * 2 + 1, torch.randn(300, 9)
+    ref, ours = NodeLayerNorm(9), NodeLayerNorm(9)
+    with torch.no_grad():
+        ref.weight.uniform_(0.5, 2.0)
+        ref.bias.uniform_(-1.0, 1.0)
+    ours.load_state_dict(ref.state_dict())
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    ya = ref(xa)
+    (ya * dy).sum().backward()
+    tree = BlockGradients(_layout(300, 11, 0))
+    with collecting(tree):
+        yb = ours(xb)
+        (yb * dy).sum().backward()
+    assert torch.equal(ya, yb) and torch.equal(xa.grad, xb.grad)
+    assert ours.weight.grad is None and ours.bias.grad is None
+    assert tree.calls(ours.weight) == 1 and tree.calls(ours.bias) == 1
+    root = Communicator().tree_sum_(tree.nodes([ours.weight, ours.bias]), tree.layout.labels, 11)
+    torch.testing.assert_close(root, torch.cat([ref.weight.grad, ref.bias.grad]))
+
+
+def test_batch_norm_under_the_tree_gives_root_gradients() -> None:
+    torch.manual_seed(4)
+    x, dy = torch.randn(300, 6) * 3 + 2, torch.randn(300, 6)
+    ref, ours = GraphBatchNorm(6), GraphBatchNorm(6)
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    (ref(xa, Communicator()) * dy).sum().backward()
+    tree = BlockGradients(_layout(300, 13, 1))
+    with collecting(tree):
+        (ours(xb, Communicator()) * dy).sum().backward()
+    assert ours.weight.grad is None and ours.bias.grad is None
+    for param, want in ((ours.weight, ref.weight.grad), (ours.bias, ref.bias.grad)):
+        assert tree.holds(param) and tree.calls(param) == 0  # a root, not partials
+        torch.testing.assert_close(tree.global_grad(param), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ours.running_var, ref.running_var)
+    assert int(ours.num_batches_tracked) == 1
