@@ -34,6 +34,12 @@ from fullgraph.datasets.graph import Graph
 from fullgraph.errors import ConfigError, PartitionError
 from fullgraph.partition.assign import METIS_LIBRARIES, metis_library, symmetric_adjacency
 from fullgraph.partition.block_cache import BLOCK_CACHE, CachedBlocks
+from fullgraph.partition.rcm import rcm_blocks
+
+#: The cut without METIS (:func:`node_blocks` ``metis="rcm"``, and ``auto``'s fallback).
+RCM = "rcm"
+#: What :func:`node_blocks` accepts: a METIS library, or :data:`RCM`.
+BLOCK_LIBRARIES = (*METIS_LIBRARIES, RCM)
 
 #: A graph of at least this many nodes is cut into at least this many blocks (32 per part at P=8).
 MIN_BLOCKS = 256
@@ -201,7 +207,10 @@ def node_blocks(
         graph: the graph.
         block_size: target nodes per block ``B`` (default :func:`default_block_size`).
         seed: METIS's seed.
-        metis: METIS library, one of :data:`~fullgraph.partition.assign.METIS_LIBRARIES`.
+        metis: METIS library, one of :data:`~fullgraph.partition.assign.METIS_LIBRARIES`,
+            or ``rcm``: no METIS, :data:`target <_block_count>` blocks of equal node counts
+            along the reverse Cuthill-McKee order (what ``auto`` falls back to, with a note,
+            where neither libmetis nor pymetis can be imported).
         notes: if given, the METIS library used and its fallbacks are appended.
 
     Returns:
@@ -215,9 +224,9 @@ def node_blocks(
     """
     n = graph.num_nodes
     size = default_block_size(n) if block_size is None else check_block_size(block_size, n)
-    if metis not in METIS_LIBRARIES:
+    if metis not in BLOCK_LIBRARIES:
         raise ConfigError(
-            f"unknown METIS library {metis!r} (choose from {', '.join(METIS_LIBRARIES)})"
+            f"unknown METIS library {metis!r} (choose from {', '.join(BLOCK_LIBRARIES)})"
         )
     notes = [] if notes is None else notes
     if _block_count(graph, size)[0] == 1:
@@ -239,7 +248,18 @@ def _cut_blocks(graph: Graph, size: int, seed: int, metis: str, notes: list[str]
     n = graph.num_nodes
     target, top = _block_count(graph, size)
     leaves = target // top
-    call, library = metis_library(graph, top, metis, notes)
+    if metis == RCM:
+        return _rcm(graph, size, target, seed)
+    try:
+        call, library = metis_library(graph, top, metis, notes)
+    except ImportError as exc:  # neither libmetis nor pymetis on this machine
+        if metis != "auto":
+            raise
+        notes.append(
+            f"metis: none importable ({exc}): blocks along a reverse Cuthill-McKee order "
+            f"(scipy; a worse cut than METIS's, the same at any rank count)"
+        )
+        return _rcm(graph, size, target, seed)
     if top > 1:
         weights = block_loads(graph, np.arange(n, dtype=np.int64), n)
         if int(graph.train_mask.sum()) >= TRAIN_PER_BLOCK * target:  # they follow the nodes
@@ -271,6 +291,12 @@ def _cut_blocks(graph: Graph, size: int, seed: int, metis: str, notes: list[str]
     renumber = np.cumsum(counts > 0) - 1  # empty METIS parts dropped
     block = renumber[fine].astype(np.int64)
     return NodeBlocks(block, int(np.count_nonzero(counts)), size, int(seed), library)
+
+
+def _rcm(graph: Graph, size: int, target: int, seed: int) -> NodeBlocks:
+    """:func:`~fullgraph.partition.rcm.rcm_blocks` as :class:`NodeBlocks`."""
+    block = rcm_blocks(graph, target)
+    return NodeBlocks(block, int(block.max()) + 1, size, int(seed), RCM)
 
 
 def block_loads(graph: Graph, block: np.ndarray, num_blocks: int) -> dict[str, np.ndarray]:

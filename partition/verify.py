@@ -228,7 +228,7 @@ def _check_blocks(parts: list[Partition], meta: dict, graph: Graph | None) -> bo
         graph,
         int(meta["block_size"]),
         int(meta["block_seed"]),
-        library if library in ("libmetis", "pymetis") else "auto",
+        library if library in ("libmetis", "pymetis", "rcm") else "auto",
     )
     if again.num_blocks != nb or not np.array_equal(again.block, stored):
         diff = np.flatnonzero(again.block != stored) if again.num_blocks == nb else [0]
