@@ -34,15 +34,18 @@ from fullgraph.kernels.attention_graph import AttentionGraph
 from fullgraph.kernels.cpu_launch import numba_launch, row_ranges
 from fullgraph.kernels.csr import CSRMatrix
 from fullgraph.kernels.edge_attention_cpu import _drop_args
+from fullgraph.kernels.spmm_cpu import PREFETCH_DISTANCE, _prefetch_row
 
 
 @numba.njit(cache=True, nogil=True)
-def _kept(keys, gi, gj, h, threshold):  # pragma: no cover - JIT
-    """Whether edge ``j -> i``, head ``h`` survives attention dropout (the forward's bits)."""
-    if keys.shape[0] == 0:
-        return True
-    rk = splitmix64_u64(keys[h // 4] ^ np.uint64(gi))
-    z = splitmix64_u64(rk ^ np.uint64(gj))
+def _word(keys, gi, gj, h):  # pragma: no cover - JIT
+    """The 64 mask bits of edge ``j -> i`` for heads ``4 (h // 4) ..`` (the forward's hash)."""
+    return splitmix64_u64(splitmix64_u64(keys[h // 4] ^ np.uint64(gi)) ^ np.uint64(gj))
+
+
+@numba.njit(cache=True, nogil=True)
+def _lane_kept(z, h, threshold):  # pragma: no cover - JIT
+    """Whether head ``h``'s lane of the mask bits ``z`` keeps the edge."""
     lane = (z >> np.uint64(16 * (h % 4))) & np.uint64(0xFFFF)
     return not lane < threshold
 
@@ -56,10 +59,22 @@ def _alpha(pre, rmax, rden, slope):  # pragma: no cover - JIT
 
 @numba.njit(cache=True, nogil=True)
 def _dot(go, xj, base, width, zero):  # pragma: no cover - JIT
-    """``dOut_i[h] . xp_j[h]`` over the head's ``width`` columns from ``base``."""
-    d = zero
-    for f in range(width):
-        d += go[base + f] * xj[base + f]
+    """``dOut_i[h] . xp_j[h]`` over the head's ``width`` columns from ``base``, in a fixed
+    order: four running sums over the columns ``f = 4 q + r`` (independent additions the CPU
+    overlaps), added as ``(s0 + s1) + (s2 + s3)``, then the last ``width % 4`` columns."""
+    s0 = zero
+    s1 = zero
+    s2 = zero
+    s3 = zero
+    stop = base + width - width % 4
+    for f in range(base, stop, 4):
+        s0 += go[f] * xj[f]
+        s1 += go[f + 1] * xj[f + 1]
+        s2 += go[f + 2] * xj[f + 2]
+        s3 += go[f + 3] * xj[f + 3]
+    d = (s0 + s1) + (s2 + s3)
+    for f in range(stop, base + width):
+        d += go[f] * xj[f]
     return d
 
 
@@ -79,57 +94,79 @@ def _rows(
     scale,
     slope,
     zero,
+    pres,
+    alphas,
+    ads,
     dot_sum,
     grad_adst,
     bounds,
 ):  # pragma: no cover - JIT
-    """Per inner row ``i``: ``dot_sum[i]`` and ``grad_adst[i]`` over its edges in order."""
+    """Per inner row ``i``: ``dot_sum[i]`` and ``grad_adst[i]`` over its edges in order (the
+    self-loop, then ``indices[indptr[i]:indptr[i + 1]]``); ``pres``, ``alphas`` and ``ads``
+    hold every edge's score, ``alpha`` and ``alpha d`` between the two passes (slot
+    ``e + i + 1`` of edge ``e``, ``indptr[i] + i`` the self-loop's)."""
     heads = adst.shape[1]
     hc = heads * width
+    words = keys.shape[0]
+    last = indices.shape[0] - PREFETCH_DISTANCE
     for c in numba.prange(bounds.shape[0] - 1):
+        total = np.empty(heads, dtype=xp.dtype)
         for i in range(bounds[c], bounds[c + 1]):
             start, stop = indptr[i], indptr[i + 1]
             go = grad[i]
             for h in range(heads):
-                total = zero
-                for e in range(start - 1, stop):
-                    j = i if e < start else indices[e]
-                    alpha = _alpha(xp[j, hc + h] + adst[i, h], rmax[i, h], rden[i, h], slope)
-                    d = zero
-                    if _kept(keys, gids[i], gids[j], h, threshold):
-                        d = _dot(go, xp[j], h * width, width, zero) * scale
-                    total += alpha * d
-                dot_sum[i, h] = total
-                ga = zero
-                for e in range(start - 1, stop):
-                    j = i if e < start else indices[e]
-                    pre = xp[j, hc + h] + adst[i, h]
+                total[h] = zero
+            for e in range(start - 1, stop):
+                if start <= e < last:
+                    _prefetch_row(xp, indices[e + PREFETCH_DISTANCE])
+                j = i if e < start else indices[e]
+                xj = xp[j]
+                slot = e + i + 1
+                z = np.uint64(0)
+                for h in range(heads):
+                    pre = xj[hc + h] + adst[i, h]
                     alpha = _alpha(pre, rmax[i, h], rden[i, h], slope)
+                    if words > 0 and h % 4 == 0:
+                        z = _word(keys, gids[i], gids[j], h)
                     d = zero
-                    if _kept(keys, gids[i], gids[j], h, threshold):
-                        d = _dot(go, xp[j], h * width, width, zero) * scale
-                    v = alpha * d - alpha * total
-                    if not pre > 0:
+                    if words == 0 or _lane_kept(z, h, threshold):
+                        d = _dot(go, xj, h * width, width, zero) * scale
+                    ad = alpha * d
+                    pres[slot, h] = pre
+                    alphas[slot, h] = alpha
+                    ads[slot, h] = ad
+                    total[h] += ad
+            for h in range(heads):
+                dot_sum[i, h] = total[h]
+                ga = zero
+                for slot in range(start + i, stop + i + 1):
+                    v = ads[slot, h] - alphas[slot, h] * total[h]
+                    if not pres[slot, h] > 0:
                         v *= slope
                     ga += v
                 grad_adst[i, h] = ga
 
 
 @numba.njit(cache=True, nogil=True)
-def _add_edge(gx, j, xp, gj, dest, i, gi, heads, width, keys, threshold, scale, slope, zero):
-    # pragma: no cover - JIT
+def _add_edge(
+    gx, j, xp, gj, dest, i, gi, heads, width, keys, threshold, scale, slope, zero
+):  # pragma: no cover - JIT
     """Add edge ``j -> i``'s terms to source ``j``'s gradient row ``gx``: ``coef dOut_i`` to
     its projection's columns, ``dscore`` to its source terms' (``dest[i]``: ``[dOut_i | adst_i
     | rmax_i | rden_i | dot_sum_i]``)."""
     hc = heads * width
     row = dest[i]
     xj = xp[j]
+    words = keys.shape[0]
+    z = np.uint64(0)
     for h in range(heads):
         pre = xj[hc + h] + row[hc + h]
         alpha = _alpha(pre, row[hc + heads + h], row[hc + 2 * heads + h], slope)
+        if words > 0 and h % 4 == 0:
+            z = _word(keys, gi, gj, h)
         k = zero
         d = zero
-        if _kept(keys, gi, gj, h, threshold):
+        if words == 0 or _lane_kept(z, h, threshold):
             k = scale
             d = _dot(row, xj, h * width, width, zero) * scale
         v = alpha * d - alpha * row[hc + 3 * heads + h]
@@ -166,6 +203,7 @@ def _columns(
     destinations ``split_indices[split_indptr[k]:split_indptr[k + 1]]`` in order (a column
     equal to ``j``, a self-loop of the input, is skipped: the attention drops it)."""
     hc = heads * width
+    last = split_indices.shape[0] - PREFETCH_DISTANCE
     for c in numba.prange(bounds.shape[0] - 1):
         for k in range(bounds[c], bounds[c + 1]):
             j = split_rows[k]
@@ -175,6 +213,8 @@ def _columns(
             gj = gids[j]
             _add_edge(gx, j, xp, gj, dest, j, gj, heads, width, keys, threshold, scale, slope, zero)
             for t in range(split_indptr[k], split_indptr[k + 1]):
+                if t < last:
+                    _prefetch_row(dest, split_indices[t + PREFETCH_DISTANCE])
                 i = split_indices[t]
                 if i == j:
                     continue
@@ -216,12 +256,32 @@ def attention_rows_ordered(
     heads = int(adst.shape[1])
     dot_sum = torch.empty((g.num_inner, heads), dtype=rows.dtype)
     grad_adst = torch.empty((g.num_inner, heads), dtype=rows.dtype)
+    pres, alphas, ads = (
+        np.empty((g.num_edges + g.num_inner, heads), dtype=np_dtype) for _ in range(3)
+    )
     with numba_launch() as threads:
         _rows(
-            g.indptr_np(), g.indices_np(), g.global_ids, rows.numpy(), adst.numpy(), width,
-            rmax.numpy(), rden.numpy(), grad.numpy(), words, threshold, scale, np_dtype(slope),
-            np_dtype(0), dot_sum.numpy(), grad_adst.numpy(), g.row_ranges(threads),
-        )  # fmt: skip
+            g.indptr_np(),
+            g.indices_np(),
+            g.global_ids,
+            rows.numpy(),
+            adst.numpy(),
+            width,
+            rmax.numpy(),
+            rden.numpy(),
+            grad.numpy(),
+            words,
+            threshold,
+            scale,
+            np_dtype(slope),
+            np_dtype(0),
+            pres,
+            alphas,
+            ads,
+            dot_sum.numpy(),
+            grad_adst.numpy(),
+            g.row_ranges(threads),
+        )
     return dot_sum, grad_adst
 
 
@@ -264,8 +324,20 @@ def attention_columns_ordered(
     indptr = split.indptr.cpu().numpy().astype(np.int64, copy=False)
     with numba_launch() as threads:
         _columns(
-            indptr, split.indices.cpu().numpy().astype(np.int64, copy=False),
-            split_rows.cpu().numpy(), gids, dest_gids, xp.numpy(), dest.numpy(), heads, width,
-            words, threshold, scale, np_dtype(slope), np_dtype(0), grad_rows.numpy(),
+            indptr,
+            split.indices.cpu().numpy().astype(np.int64, copy=False),
+            split_rows.cpu().numpy(),
+            gids,
+            dest_gids,
+            xp.numpy(),
+            dest.numpy(),
+            heads,
+            width,
+            words,
+            threshold,
+            scale,
+            np_dtype(slope),
+            np_dtype(0),
+            grad_rows.numpy(),
             row_ranges(indptr, threads),
-        )  # fmt: skip
+        )
