@@ -237,8 +237,9 @@ def plan(s: Settings) -> list[Step]:
         ),
         Step(
             "tiny-parts",
-            "its 2-part random partition (fullgraph partition, no METIS)",
-            cmd("{fg} partition {tiny} --parts 2 --method random --out {tiny2} --force"),
+            "its 2-part blocks partition (fullgraph partition: fixed node blocks, METIS's or, "
+            "without METIS, the reverse Cuthill-McKee order's)",
+            cmd("{fg} partition {tiny} --parts 2 --out {tiny2} --force"),
             15,
             needs=("tiny-graph",),
         ),
@@ -284,7 +285,23 @@ def plan(s: Settings) -> list[Step]:
             target=exact_target,
             needs=("tiny-graph",),
             outputs=(runs("exact-cuda.jsonl"),),
-            figures=partial(vs_cpu, runs("exact-cuda.jsonl")),
+            figures=lambda: [
+                *vs_cpu(runs("exact-cuda.jsonl")),
+                *loss_bits(runs("exact-cpu.jsonl"), runs("exact-cuda.jsonl"), "exact-cpu", False),
+            ],
+        ),
+        Step(
+            "exact-rerun",
+            "exact-cuda again: the device's rerun contract (the same bits run after run)",
+            cmd("{fg} train {tiny} --device {dev} {exact} --log-json {runs}/exact-rerun.jsonl"),
+            20,
+            target="every epoch's loss bit for bit exact-cuda's",
+            needs=("tiny-graph", "exact-cuda"),
+            background=True,
+            outputs=(runs("exact-rerun.jsonl"),),
+            figures=partial(
+                loss_bits, runs("exact-cuda.jsonl"), runs("exact-rerun.jsonl"), "exact-cuda", True
+            ),
         ),
         Step(
             "nccl-1rank",
@@ -320,9 +337,12 @@ def plan(s: Settings) -> list[Step]:
             ),
             35,
             target=exact_target,
-            needs=("tiny-parts",),
+            needs=("tiny-parts", "exact-cuda"),
             outputs=(runs("gloo-2ranks.jsonl"),),
-            figures=partial(vs_cpu, runs("gloo-2ranks.jsonl")),
+            figures=lambda: [
+                *vs_cpu(runs("gloo-2ranks.jsonl")),
+                *loss_bits(runs("exact-cuda.jsonl"), runs("gloo-2ranks.jsonl"), "exact-cuda", True),
+            ],
         ),
         Step(
             "predict-cpu",
@@ -363,7 +383,7 @@ def plan(s: Settings) -> list[Step]:
             35,
             target=spmm_target,
             needs=("install",),
-            after=("kernel-tests", "exact-cpu", "predict-cpu", "predict"),
+            after=("kernel-tests", "exact-cpu", "exact-rerun", "predict-cpu", "predict"),
             outputs=(str(s.out / "kernels_arxiv.csv"),),
             figures=partial(spmm_figures, s.out / "kernels_arxiv.csv", dry),
         ),
@@ -477,6 +497,28 @@ def loss_agreement(reference: str, path: str) -> list[Figure]:
         return [Figure(name, None, "", "<=", EXACT_TOL, note=note)]
     return [
         Figure(name, max(abs(a - b) for a, b in zip(got, ref, strict=True)), "", "<=", EXACT_TOL)
+    ]
+
+
+def loss_bits(reference: str, path: str, against: str, contract: bool) -> list[Figure]:
+    """The epochs whose loss differs in any bit from ``reference``'s (the JSON lines hold
+    every loss's exact float), and the largest difference. ``contract``: the figure is a
+    target (``<= 0``: the device's own contract, a rerun or another rank count on it), else it
+    only states what holds (the GPU against the CPU: other GEMM kernels, other bits)."""
+    name = f"epochs whose loss differs in any bit from {against}"
+    op, bound = ("<=", 0.0) if contract else ("", None)
+    try:
+        ref, got = read_losses(reference), read_losses(path)
+    except (OSError, ValueError, KeyError) as exc:
+        return [Figure(name, None, "", op, bound, note=f"unreadable: {exc}")]
+    if len(got) != len(ref) or not got:
+        note = f"epochs: {len(got)} here, {len(ref)} in {against}"
+        return [Figure(name, None, "", op, bound, note=note)]
+    differing = sum(a != b for a, b in zip(got, ref, strict=True))
+    largest = max(abs(a - b) for a, b in zip(got, ref, strict=True))
+    return [
+        Figure(name, float(differing), "", op, bound, note=f"of {len(got)}"),
+        Figure(f"max loss difference vs {against}", largest, ""),
     ]
 
 

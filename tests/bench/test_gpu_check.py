@@ -59,8 +59,13 @@ def test_dry_run_every_step_runs_or_parses(dry_run) -> None:
     assert {n: s["status"] for n, s in steps.items()} == expected
     assert "test_kernel_cuda.py" in "\n".join(steps["kernel-tests"]["log_tail"])
     for name in ("exact-cuda", "nccl-1rank", "gloo-2ranks"):  # CPU against CPU: exact
-        (fig,) = steps[name]["figures"]
+        fig = steps[name]["figures"][0]
         assert fig["value"] is not None and fig["value"] <= gpu_check.EXACT_TOL, (name, fig)
+    # the bit-identical contract on the dry run's CPU: the rerun, 2 ranks and the CPU reference
+    # (here the same device) give every epoch's loss bit for bit
+    for name in ("exact-cuda", "exact-rerun", "gloo-2ranks"):
+        bits = next(f for f in steps[name]["figures"] if "differs in any bit" in f["name"])
+        assert bits["value"] == 0.0, (name, bits)
     for name in ("spmm-arxiv", "spmm-products"):  # F=16: fwd, fwd+bwd x speedup, bandwidth
         figs = steps[name]["figures"]
         assert len(figs) == 4 and all(math.isfinite(f["value"]) and f["value"] > 0 for f in figs)
