@@ -112,6 +112,9 @@ _CODEC_HELP = (
 )
 
 
+#: ``--sums``: the block tree (the bit-identical contract) or today's rank-order all-reduce.
+SUMS = ("tree", "rank-order")
+
 @dataclass
 class TrainConfig(InputDropoutConfig, Config):
     """The experiment of a full-batch run (saved in ``config.json`` and the checkpoint)."""
@@ -220,6 +223,15 @@ class TrainConfig(InputDropoutConfig, Config):
         choices=("auto", "off"),
     )
     precision: str = precision_option()
+    sums: str = option(
+        "tree",
+        "how the sums over nodes (weight and bias gradients, the loss, norm statistics) are "
+        "added: tree (per fixed node block, then one fixed tree: the same bits at any rank "
+        "count on a partition with blocks; default) or rank-order (each rank's share, then "
+        "the all-reduce: faster in one process, equal to one process to float rounding only, "
+        "bit-identical reruns at the same rank count; bf16-mixed's backward stays float32)",
+        choices=SUMS,
+    )
     extra: dict = option({}, "free-form notes kept with the config", cli=False)
 
     def check(self) -> None:

@@ -124,7 +124,9 @@ class Trainer(EpochLoop):
         self.metric = _resolve_metric(config.metric, part.meta.get("dataset"), part.num_classes)
         rank_graph = assemble_rank(part, comm, config, self.device, precision)
         self.data, self.ctx = rank_graph.data, rank_graph.ctx
-        if self.ctx.blocks is None and comm.rank == 0 and not self.run.quiet:
+        if config.sums == "rank-order":  # asked for: no note, the help says what it gives
+            self.ctx.blocks = None
+        elif self.ctx.blocks is None and comm.rank == 0 and not self.run.quiet:
             print(NO_BLOCKS_NOTE, flush=True)
         self.num_train_global = rank_graph.num_train_global
         self.model = self._build_model(part)

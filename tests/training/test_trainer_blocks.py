@@ -68,3 +68,35 @@ def test_a_part_without_blocks_says_so_once(small_graph, capsys) -> None:
         _step(part, "gcn", quiet=False)
         assert NO_BLOCKS_NOTE not in capsys.readouterr().out
     assert "fullgraph partition" in NO_BLOCKS_NOTE and "\n" not in NO_BLOCKS_NOTE
+
+
+def test_sums_rank_order_trains_without_the_tree(small_graph, capsys) -> None:
+    """``--sums rank-order`` on a part with blocks: the trainer drops the tree (the bits of a
+    part without blocks), says nothing, and ``tree`` (the default) keeps it."""
+    part = whole_graph_part(small_graph)
+    fields = {"model": "sage", "layers": 2, "hidden": 16, "dropout": 0.5, "seed": 3}
+    with one_thread():
+        tr = Trainer(part, Communicator(), TrainConfig(**fields, sums="rank-order"), RunOptions())
+        assert tr.ctx.blocks is None and NO_BLOCKS_NOTE not in capsys.readouterr().out
+        got = torch.cat(
+            [
+                torch.tensor([tr.train_step(1).loss]),
+                *(p.detach().reshape(-1) for p in tr.model.parameters()),
+            ]
+        )
+        plain = Trainer(
+            _without_blocks(part), Communicator(), TrainConfig(**fields), RunOptions(quiet=True)
+        )
+        want = torch.cat(
+            [
+                torch.tensor([plain.train_step(1).loss]),
+                *(p.detach().reshape(-1) for p in plain.model.parameters()),
+            ]
+        )
+        assert torch.equal(got, want)
+        assert (
+            Trainer(part, Communicator(), TrainConfig(**fields), RunOptions(quiet=True)).ctx.blocks
+            is not None
+        )
+    with pytest.raises(Exception, match="sums"):
+        TrainConfig(**fields, sums="random")
