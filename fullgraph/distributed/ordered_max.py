@@ -49,7 +49,8 @@ def structure_operator(
         halo = None
         if cpu.num_cols > num_inner:
             halo = cpu.select_columns(torch.arange(num_inner, cpu.num_cols))
-        gids = torch.as_tensor(np.asarray(global_ids, dtype=np.int64))
+        # a copy: a memory-mapped partition's ids are read-only (torch warns on a view of them)
+        gids = torch.from_numpy(np.array(global_ids, dtype=np.int64))
         held = _SPLITS[structure] = (SplitOperator(inner, halo), gids)
     return held
 
