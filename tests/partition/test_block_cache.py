@@ -16,9 +16,9 @@ from fullgraph.partition.blocks import node_blocks
 
 @pytest.fixture
 def graph(make_graph):
-    """A fresh 1200-node graph (block size 4, 304 blocks), the cache emptied around the test."""
+    """A fresh 500-node graph (block size 1), the cache emptied around the test."""
     BLOCK_CACHE.clear()
-    yield make_graph(num_nodes=1200, num_blocks=6, avg_degree=8, seed=11)
+    yield make_graph(num_nodes=500, num_blocks=6, avg_degree=8, seed=11)
     BLOCK_CACHE.clear()
 
 
@@ -62,7 +62,7 @@ def test_a_graph_rebuilt_equal_hits_and_a_caller_writing_into_its_blocks_changes
     first = node_blocks(graph)
     kept = first.block.copy()
     first.block[:] = 0  # a caller writing into the array it got
-    rebuilt = make_graph(num_nodes=1200, num_blocks=6, avg_degree=8, seed=11)  # another object
+    rebuilt = make_graph(num_nodes=500, num_blocks=6, avg_degree=8, seed=11)  # another object
     again = node_blocks(rebuilt)
     assert len(count_cuts) == 1 and np.array_equal(again.block, kept)
     again.block[:] = 1
@@ -125,11 +125,11 @@ def test_a_changed_input_gives_other_blocks_so_a_stale_hit_would_show(graph):
         (graph, {"block_size": 5}),
     ]:
         assert not np.array_equal(uncached(other, **kwargs).block, base)
-    key = blocks_key(graph, 4, 0, "auto")
-    assert key == blocks_key(dataclasses.replace(graph, name="renamed"), 4, 0, "auto")
-    assert key != blocks_key(graph, 4, 0, "pymetis") != blocks_key(graph, 4, 0, "libmetis")
+    key = blocks_key(graph, 1, 0, "auto")
+    assert key == blocks_key(dataclasses.replace(graph, name="renamed"), 1, 0, "auto")
+    assert key != blocks_key(graph, 1, 0, "pymetis") != blocks_key(graph, 1, 0, "libmetis")
     as_int32 = dataclasses.replace(graph, indptr=graph.indptr.astype(np.int32))
-    assert key != blocks_key(as_int32, 4, 0, "auto")  # dtypes are keyed (a miss, not a clash)
+    assert key != blocks_key(as_int32, 1, 0, "auto")  # dtypes are keyed (a miss, not a clash)
 
 
 def test_the_least_recently_used_entry_goes_first():
