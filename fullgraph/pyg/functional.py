@@ -19,6 +19,11 @@ makes, the user's and PyG's alike, so a script keeps its calls as written:
   (:func:`mixed_linear_call`, :func:`~fullgraph.models.mixed_linear.mixed_linear`): the rule
   ``fullgraph train``'s layers follow, made for every weight product of the user's model as
   ``torch.autocast`` would, but with the float32 backward that keeps P ranks exact;
+- in a training pass under the step's block tree (:mod:`~fullgraph.pyg.runtime`), ``F.linear``
+  of float32 node rows (every inner row of the part) takes
+  :class:`~fullgraph.models.mixed_linear.BlockLinearFunction` (through
+  :func:`~fullgraph.models.mixed_linear.mixed_linear`): the same forward bits, its weight and
+  bias gradients per-block partials of the tree (the same bits at any rank count);
 - every other call runs unchanged.
 
 The table of the docs (``docs/pyg.md``) is :func:`calls_table`, generated from :data:`DROPOUTS`
@@ -38,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from fullgraph.distributed.tree_sum import active_gradients
 from fullgraph.errors import ConfigError
 from fullgraph.models.dropout import hashed_dropout
 from fullgraph.models.mixed_linear import mixed_linear
@@ -178,7 +184,9 @@ def drop(part: PartGraph, x: torch.Tensor, p: float, training: bool, name: str) 
     return hashed_dropout(rows, ids, p, part.seed, part.step, stream).view_as(x)
 
 
-def mixed_linear_call(args: tuple, kwargs: dict[str, Any], dtype: torch.dtype) -> torch.Tensor:
+def mixed_linear_call(
+    args: tuple, kwargs: dict[str, Any], dtype: torch.dtype | None
+) -> torch.Tensor:
     """``F.linear(input, weight, bias)`` with its product in ``dtype`` (bfloat16: float32
     accumulation, the output widened to float32, bias added in float32) and a float32 backward
     (:func:`~fullgraph.models.mixed_linear.mixed_linear`), when ``input`` and ``weight`` are
@@ -187,7 +195,8 @@ def mixed_linear_call(args: tuple, kwargs: dict[str, Any], dtype: torch.dtype) -
     Args:
         args: the call's positional arguments (``input, weight[, bias]``).
         kwargs: its keyword arguments.
-        dtype: the product's dtype (the plan's ``row_dtype``).
+        dtype: the product's dtype (the plan's ``row_dtype``; ``None``: float32, under the
+            block tree).
     """
     got = dict(zip(("input", "weight", "bias"), args, strict=False)) | kwargs
     x, weight, bias = got.get("input"), got.get("weight"), got.get("bias")
@@ -227,7 +236,10 @@ class ForwardCalls(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if func is F.linear and self.row_dtype is not None:
+        if func is F.linear and (
+            self.row_dtype is not None
+            or (torch.is_grad_enabled() and active_gradients() is not None)  # not in a backward
+        ):
             return mixed_linear_call(args, kwargs, self.row_dtype)
         seen = DROPOUTS.get(func)
         if seen is not None:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from fullgraph.pyg.functional import drop
-from fullgraph.pyg.node_reductions import GlobalValue
+from fullgraph.pyg.node_reductions import GlobalValue, exact_sum
 from fullgraph.pyg.node_rows import plain
 from fullgraph.pyg.part_data import part_graph_of
 from fullgraph.pyg.runtime import active_part
@@ -44,12 +44,16 @@ def loss(out: torch.Tensor, data: Data, mask: torch.Tensor | None = None) -> tor
     part = part_graph_of(data, "fullgraph.pyg.loss")
     out, y = plain(out), plain(data.y)  # this rank's rows: the sums below are the global ones
     mask = plain(data.train_mask if mask is None else mask)
-    total = F.cross_entropy(out[mask], y[mask], reduction="sum")
-    sums = torch.stack([total.detach().double().cpu(), mask.sum().double().cpu()])
+    per = F.cross_entropy(out[mask], y[mask], reduction="none")
+    total = per.sum()
+    exact = exact_sum(part, per)  # the value: the same bits at any rank count
+    local = total.detach().double().cpu() if exact is None else torch.zeros((), dtype=torch.float64)
+    sums = torch.stack([local, mask.sum().double().cpu()])
     sums = part.comm.allreduce_(sums, "sum", tag="metrics")
     count = max(float(sums[1]), 1.0)
     share = total / count
-    value = (sums[0] / count).to(dtype=share.dtype, device=share.device)
+    summed = sums[0] if exact is None else exact
+    value = (summed / count).to(dtype=share.dtype, device=share.device)
     return GlobalValue.apply(share, value)
 
 

@@ -8,6 +8,11 @@ one fixed-order all-reduce of the part's communicator, is the global value on ev
 result that needs a gradient is :class:`GlobalValue` (value global, gradient through this
 rank's share, which the converted model's gradient all-reduce then adds up). A reduction over
 other dims keeps the node rows. Reductions that cannot be made exact are refused in one line.
+
+The value of a loss and of a ``sum`` / ``mean`` over every element or over dim 0 of float32
+(float16, bfloat16) rows is the exact sum rounded once (:func:`exact_sum`): the same bits at
+any rank count. The gradient of a mean is the incoming one divided by the global count, the
+same for every row at any rank count.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -60,6 +66,48 @@ def all_sum(part: PartGraph, *values: torch.Tensor) -> list[torch.Tensor]:
     return out
 
 
+#: The dtypes :func:`exact_sum` sums exactly (at most 24 significant bits, exponents of
+#: float32's range: a value is an integer of 24 bits times a power of two of 277).
+_EXACT = (torch.float32, torch.float16, torch.bfloat16)
+_SHIFT, _BUCKETS = 24 + 148, 277  # frexp exponents -148 .. 128 of a finite float32
+
+
+def exact_sum(part: PartGraph, values: torch.Tensor) -> torch.Tensor | None:
+    """The sum over every rank of ``values``' rows (dim 0; 1-D: every element), exact and
+    rounded once to float64: the same bits at any rank count, whatever rows each rank holds;
+    ``None`` (a collective too) where it cannot be (another dtype, or a non-finite value on
+    some rank): the caller takes :func:`all_sum` then.
+
+    Each value is ``m 2^e`` with ``m`` an integer of at most 24 bits; per column the ``m`` of
+    each ``e`` are summed as integers (in float64, exact below ``2^29`` rows), those sums over
+    the ranks in one all-reduce (exact again), and the buckets added as one Python integer.
+
+    Returns:
+        float64 ``values.shape[1:]`` on the CPU, or ``None``.
+    """
+    v = values.detach()
+    ok = v.dtype in _EXACT and bool(torch.isfinite(v).all()) and v.shape[0] < (1 << 29)
+    flags = part.comm.allreduce_(torch.tensor([0.0 if ok else 1.0]), "max", tag="metrics")
+    if float(flags[0]) > 0:
+        return None
+    rows = v.double().cpu().numpy().reshape(v.shape[0], math.prod(v.shape[1:]))
+    mant, exp = np.frexp(rows)
+    ints = np.ldexp(mant, 24)  # integers of at most 24 bits, exact in float64
+    columns = rows.shape[1]
+    where = (np.arange(columns) * _BUCKETS)[None, :] + (exp + 148)
+    buckets = np.bincount(where.reshape(-1), ints.reshape(-1), minlength=columns * _BUCKETS)
+    buckets = buckets.astype(np.float64, copy=False)  # no rows: numpy's int64 zeros
+    summed = part.comm.allreduce_(torch.from_numpy(buckets), "sum", tag="metrics").numpy()
+    out = np.zeros(columns)
+    for c, per in enumerate(summed.reshape(columns, _BUCKETS)):
+        (used,) = np.nonzero(per)
+        if len(used):
+            low = int(used[0])
+            total = sum(int(per[b]) << (int(b) - low) for b in used)
+            out[c] = math.ldexp(float(total), low - _SHIFT)
+    return torch.from_numpy(out).reshape(v.shape[1:])
+
+
 def _dims(x: torch.Tensor, dim: Dims) -> tuple[int, ...] | None:
     """``dim`` as non-negative dims of ``x`` (``None``: every dim)."""
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
@@ -95,14 +143,22 @@ def _sum_like(mean: bool, nan: bool = False) -> Rule:
             torch.mean(torch.zeros(0, dtype=dtype or px.dtype, device=px.device))  # its errors
             dtype = dtype or px.dtype
         summed = (torch.nansum if nan else torch.sum)(px, **_dim_kw(dim, keepdim), dtype=dtype)
+        exact = None
+        if not nan and (dtype is None or dtype == px.dtype) and dims in (None, (0,)):
+            exact = exact_sum(call.part, px.reshape(-1) if dims is None else px)
+            if exact is not None and keepdim and dims is not None:
+                exact = exact.unsqueeze(0)
         if not mean:
-            (total,) = all_sum(call.part, summed)
+            (total,) = all_sum(call.part, summed) if exact is None else (exact,)
             return global_value(summed, total)
         if nan:
             count = (~torch.isnan(px)).sum(**_dim_kw(dim, keepdim)).double()
         else:
             count = torch.tensor(float(_count(px, dims)))
-        total, counts = all_sum(call.part, summed, count)
+        if exact is None:
+            total, counts = all_sum(call.part, summed, count)
+        else:
+            total, (counts,) = exact, all_sum(call.part, count)
         return global_value(summed / counts.to(summed.device, summed.dtype), total / counts)
 
     return rule
@@ -241,8 +297,9 @@ def _loss(call: Call) -> torch.Tensor:
     a["reduction"] = "none"
     per = call.func(*plain(bound.args), **plain(bound.kwargs))
     share_sum = per.sum()
+    exact = exact_sum(call.part, per.reshape(-1))  # the value: the same bits at any P
     if reduction == "sum":
-        (total,) = all_sum(call.part, share_sum)
+        (total,) = all_sum(call.part, share_sum) if exact is None else (exact,)
         return global_value(share_sum, total)
     if indices:
         t = plain(target)
@@ -253,7 +310,10 @@ def _loss(call: Call) -> torch.Tensor:
         count = torch.tensor(float(plain(a["input"]).shape[0]))
     else:
         count = torch.tensor(float(per.numel()))
-    total, counts = all_sum(call.part, share_sum, count)
+    if exact is None:
+        total, counts = all_sum(call.part, share_sum, count)
+    else:
+        total, (counts,) = exact, all_sum(call.part, count)
     share = share_sum / counts.to(share_sum.device, share_sum.dtype)
     return global_value(share, total / counts)
 

@@ -12,19 +12,37 @@
   process computes; the outputs are marked so that their backward pass ends with the gradient
   all-reduce;
 - at the end of the backward pass (``loss.backward()``): every gradient of the model is summed
-  over the ranks in one fixed-order all-reduce
-  (:func:`fullgraph.run.epochs.reduce_gradients`, which stops on a non-finite value), so
-  every rank holds the one-process gradient before ``optimizer.step()``. A parameter without a
-  gradient on every rank keeps none.
+  over the ranks (:func:`fullgraph.run.epochs.reduce_gradients`, which stops on a non-finite
+  value), so every rank holds the one-process gradient before ``optimizer.step()``. A
+  parameter without a gradient on every rank keeps none.
+
+Bit-identical at any rank count (docs/train.md): on a part with fixed node blocks (every
+partition ``fullgraph partition`` and :func:`~fullgraph.pyg.load_part` cut, one process
+included) at float32 (bf16-mixed keeps the rank-order all-reduce, as ``fullgraph train``'s
+does) a training pass with a gradient runs with the part's
+:class:`~fullgraph.distributed.tree_sum.BlockGradients` in force
+(:func:`~fullgraph.distributed.tree_sum.collecting`): the weight products over every inner row
+(``F.linear`` seen by :class:`~fullgraph.pyg.functional.ForwardCalls`: ``nn.Linear``, PyG's
+``Linear``, the twins' own) and the twins' biases push per-block partials, and the end of the
+backward sums them in the block tree (``reduce_gradients(..., tree=...)``): the same bits at
+any rank count. The aggregations are summed in ascending global id already
+(:class:`~fullgraph.distributed.halo.HaloAggregate`), the script's loss gives every row the
+same gradient (its sum divided by the global count: :mod:`~fullgraph.pyg.node_reductions`),
+and the twins' ``BatchNorm`` and ``GATConv`` take their tree paths. Any other parameter (one
+that autograd gives a gradient: a product over other rows, ``GINConv``'s ``eps``, torch's
+``LayerNorm``, ...) keeps the fixed-order all-reduce: P ranks equal one process to float
+rounding there.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 from torch import nn
 
+from fullgraph.distributed.tree_sum import BlockGradients, BlockLayout, collecting
 from fullgraph.errors import ConfigError
 from fullgraph.precision import FLOAT32, Precision
 from fullgraph.pyg.functional import ForwardCalls
@@ -38,6 +56,12 @@ _ACTIVE: list[PartGraph] = []
 def active_part() -> PartGraph | None:
     """The part of the converted model whose forward pass is running, or ``None``."""
     return _ACTIVE[-1] if _ACTIVE else None
+
+
+def part_blocks(part: PartGraph) -> BlockLayout | None:
+    """The part's fixed node blocks, or ``None`` (a partition written without them, or by
+    ``random`` / ``contiguous``: the gradients are all-reduced in rank order)."""
+    return BlockLayout.of_part(part.part)
 
 
 def _rng_states() -> list[torch.Tensor]:
@@ -78,6 +102,9 @@ class ModelRun:
         self._calls: list[ForwardCalls] = []
         self._scheduled = False
         self._reduced_step = -1
+        self.layout = part_blocks(part)
+        self._tree: BlockGradients | None = None  # the tree of the passes not reduced yet
+        self._collecting: list[contextlib.AbstractContextManager] = []
         model.register_forward_pre_hook(self._before)
         model.register_forward_hook(self._after, always_call=True)
 
@@ -90,8 +117,19 @@ class ModelRun:
         calls = ForwardCalls(self.part, module.training)
         calls.__enter__()
         self._calls.append(calls)
+        tree = None
+        float32 = self.part.plan.row_dtype is None  # bf16-mixed: rank order, as fullgraph train
+        if module.training and torch.is_grad_enabled() and self.layout is not None and float32:
+            if self._tree is None:  # a second pass before a backward adds to the same tree
+                self._tree = BlockGradients(self.layout)
+            tree = self._tree
+        scope = collecting(tree)
+        scope.__enter__()
+        self._collecting.append(scope)
 
     def _after(self, module: nn.Module, args: tuple, output: Any) -> Any:
+        if self._collecting:
+            self._collecting.pop().__exit__(None, None, None)
         if self._calls:
             self._calls.pop().__exit__(None, None, None)
         if _ACTIVE and _ACTIVE[-1] is self.part:
@@ -148,20 +186,30 @@ class ModelRun:
                 f"backward per forward (the gradients are summed over the ranks at its end)"
             )
         self._reduced_step = step
+        tree, self._tree = self._tree, None
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             return
+        derived = tree.derived_params() if tree is not None else []
+
+        def in_tree(p: torch.Tensor) -> bool:
+            return tree is not None and (tree.holds(p) or any(p is q for q in derived))
+
         like = params[0]
         present = torch.tensor(
-            [float(p.grad is not None) for p in params], dtype=like.dtype, device=like.device
+            [float(p.grad is not None or in_tree(p)) for p in params],
+            dtype=like.dtype,
+            device=like.device,
         )
         flags = nn.Parameter(torch.zeros_like(present), requires_grad=False)
         flags.grad = present
         for p in params:
-            if p.grad is None:
+            if p.grad is None and not in_tree(p):  # the tree's get theirs from its root
                 p.grad = torch.zeros_like(p)
         loss = torch.zeros((), dtype=like.dtype, device=like.device)
-        reduce_gradients([*params, flags], loss, self.part.comm, step, "training step")
+        if tree is not None:  # the script's loss is global already; the tree's path wants one
+            tree.add_loss(torch.zeros(tree.layout.num_rows, dtype=like.dtype, device=like.device))
+        reduce_gradients([*params, flags], loss, self.part.comm, step, "training step", tree)
         for p, seen in zip(params, flags.grad.tolist(), strict=True):
             if seen == 0:
                 p.grad = None

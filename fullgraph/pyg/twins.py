@@ -16,6 +16,10 @@ computes on the whole graph:
   take the maximum over ``[inner; halo]`` rows, ties to the lowest global id
   (:meth:`~fullgraph.models.context.GraphContext.aggregate_max`); their products stay float32
   under ``precision="bf16-mixed"``, as ``fullgraph train``'s max layers;
+- under the step's block tree (:mod:`fullgraph.pyg.runtime`) every weight product over the
+  inner rows (``F.linear``, the maximum's products) and every bias added
+  after an aggregation (:func:`~fullgraph.models.tree_bias.tree_bias`) pushes per-block
+  partials: bit-identical at any rank count;
 - ``GCNConv(improved=True)`` and ``GCNConv`` called with the part's ``edge_weight`` use the
   weighted operator (global weighted degrees from the part's ``in_weight``); ``GINEConv`` and
   ``GATConv(edge_dim=...)`` read the part's edge features (:mod:`fullgraph.pyg.edge_twins`);
@@ -36,10 +40,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fullgraph.distributed.tree_sum import BlockGradients, active_gradients
 from fullgraph.errors import ConfigError
 from fullgraph.models.context import GraphContext
 from fullgraph.models.layers import LayerOptions, layer_class
+from fullgraph.models.mixed_linear import mixed_linear
 from fullgraph.models.norm import GraphBatchNorm
+from fullgraph.models.tree_bias import tree_bias
 from fullgraph.pyg.helpers import dropout
 from fullgraph.pyg.part_data import SUM, PartAdjT, PartGraph
 
@@ -104,9 +111,20 @@ def _float32(x: torch.Tensor, lin: nn.Module) -> torch.Tensor:
     """``lin(x)`` in float32 at any precision (``addmm``, which a bf16-mixed forward leaves as
     written; the kernel ``F.linear`` calls): the products of the maximum's layers, as in
     ``fullgraph train`` (docs/train.md, "Precision")."""
+    if part_tree(x) is not None:  # float32 under the block tree: its per-block partials
+        return mixed_linear(x, lin.weight, None, lin.bias)
     if lin.bias is None:
         return torch.mm(x, lin.weight.t())
     return torch.addmm(lin.bias, x, lin.weight.t())
+
+
+def part_tree(x: torch.Tensor) -> BlockGradients | None:
+    """The step's block tree when the products of ``x`` (node rows) take it: a tree in force
+    (:mod:`~fullgraph.pyg.runtime`: a float32 training pass) and ``x`` every inner row."""
+    tree = active_gradients()
+    if tree is None or int(x.shape[0]) != tree.layout.num_rows:
+        return None
+    return tree
 
 
 def _aggregate_by(
@@ -136,7 +154,7 @@ def _aggregate_linear(
     full-batch layers do: both orders give the same result up to rounding)."""
     if weight.shape[0] <= weight.shape[1]:
         out = ctx.aggregate(F.linear(x, weight))
-        return out if bias is None else out + bias
+        return out if bias is None else tree_bias(out, bias)  # under the tree: per block
     return F.linear(ctx.aggregate(x), weight, bias)
 
 
