@@ -4,9 +4,9 @@ the same step with the rank-order all-reduce (``ctx.blocks = None``), interleave
 One process on the whole graph (``--nodes N``: an SBM graph of the tests, 128 features), or
 ``--parts DIR`` under ``mpirun -np P`` (a ``fullgraph partition`` blocks partition: rank r
 trains part r). The two trainers alternate so both see the same load; the ratio of their
-median step times is what to compare (a shared machine's absolute times drift). At P = 1 the
-whole graph's rows are not block-contiguous, so the tree's steps include gathers into block
-order; a partition's parts are.
+median step times is what to compare (a shared machine's absolute times drift). The rows are
+block-contiguous at every P (the whole graph's in block order, as ``fullgraph partition
+--parts 1`` writes them), so the tree's steps gather nothing into block order.
 
 Usage::
 

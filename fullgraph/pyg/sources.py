@@ -121,8 +121,8 @@ def part_of_graph(graph: Graph, comm: Communicator, method: str) -> Partition:
     """
     from fullgraph.partition import load_partition, whole_graph_part, write_partitions
 
-    if comm.size == 1:
-        return whole_graph_part(graph)
+    if comm.size == 1:  # the rows of the Data in the graph's own order
+        return whole_graph_part(graph, order="global")
     from fullgraph.pyg.process import alike
 
     digests = comm.allgather_object(_graph_digest(graph))

@@ -63,9 +63,13 @@ def test_max_gradient_is_one_process_bitwise(job, case: dict) -> None:
     """Maxima and input gradients at P = 2, 3, 4 are one process's bits; the old gradient
     differs from one process at some P (the control)."""
     graph, n = job["graph"], job["graph"].num_nodes
-    (one,) = run_ranks(1, lambda comm: _one_rank(whole_graph_part(graph), comm, job, case))
+    flat = whole_graph_part(graph, order="global")  # local id = global id: the old sums too
+    (one,) = run_ranks(1, lambda comm: _one_rank(flat, comm, job, case))
     want_y, want_dh = _by_global_id([one], "y", n), _by_global_id([one], "dh", n)
     assert torch.equal(want_dh, _by_global_id([one], "old_dh", n))  # the same sums, one process
+    (blocks,) = run_ranks(1, lambda comm: _one_rank(whole_graph_part(graph), comm, job, case))
+    for key, want in (("y", want_y), ("dh", want_dh)):  # rows in block order: the same bits
+        assert torch.equal(_by_global_id([blocks], key, n), want), key
     old_differs = []
     for p in RANKS:
 

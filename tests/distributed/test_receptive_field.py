@@ -54,10 +54,12 @@ def test_kept_rows_are_the_receptive_field(sparse_train_graph) -> None:
     """Rows kept per layer == breadth-first search from the training nodes (GCN: every row
     has its self-loop, so a kept row is exactly a non-empty one)."""
     g = sparse_train_graph
-    rank = assemble_rank(whole_graph_part(g), Communicator(), TrainConfig(model="gcn", layers=3))
+    part = whole_graph_part(g)  # rows in block order: row i is node part.global_ids[i]
+    rank = assemble_rank(part, Communicator(), TrainConfig(model="gcn", layers=3))
     graphs = prune_layers(rank.ctx.op, rank.ctx.plan, rank.data["train"], 3, min_saving=0.0)
     for i, (graph, want) in enumerate(zip(graphs, _reach(g, 3), strict=True)):
-        got = (graph.op.inner.row_nnz() > 0).numpy()
+        got = np.empty(g.num_nodes, dtype=bool)
+        got[part.global_ids] = (graph.op.inner.row_nnz() > 0).numpy()
         np.testing.assert_array_equal(got, want, err_msg=f"layer {i}")
         assert graph.rows == int(want.sum()) and graph.pruned
     assert graphs[-1].rows == int(np.asarray(g.train_mask).sum())

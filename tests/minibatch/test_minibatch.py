@@ -28,8 +28,8 @@ def sage(graph, layers: int = 2, hidden: int = 16, dropout: float = 0.0) -> GNN:
 
 
 def full_batch_logits(model: GNN, graph) -> torch.Tensor:
-    """Logits of the full-batch trainer's code path on one process."""
-    part = whole_graph_part(graph)
+    """Logits of the full-batch trainer's code path on one process (rows in global order)."""
+    part = whole_graph_part(graph, order="global")
     ctx = GraphContext(
         op=build_operator(part, "sage"),
         plan=HaloPlan.from_partition(part, Communicator()),

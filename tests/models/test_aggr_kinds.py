@@ -50,8 +50,9 @@ def graph() -> Graph:
 
 
 def _context(graph: Graph, kind: str, aggr: str) -> GraphContext:
-    """The one-process context of ``kind`` with ``aggr``, the operator in float64."""
-    part = whole_graph_part(graph)
+    """The one-process context of ``kind`` with ``aggr``, the operator in float64 (rows in
+    global order, as PyG's)."""
+    part = whole_graph_part(graph, order="global")
     plan = HaloPlan.from_partition(part, Communicator())
     options = LayerOptions(aggr=aggr)
     return rank_context(part, plan, kind, 0, "cpu", torch.float64, options=options)

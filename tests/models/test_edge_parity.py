@@ -61,7 +61,7 @@ def _backward_and_compare(got, want, xa, xb, ours, ref) -> float:
 def test_gcn_kind_equals_pyg(hub: Graph, edge_weight, improved, widths) -> None:
     torch.manual_seed(0)
     d_in, d_out = widths
-    part = whole_graph_part(hub)
+    part = whole_graph_part(hub, order="global")  # rows in PyG's order
     op = build_operator(part, "gcn", LayerOptions(edge_weight=edge_weight, improved=improved))
     ctx = GraphContext(
         op=SplitOperator(op.inner.with_values(op.inner.values.double()), None),

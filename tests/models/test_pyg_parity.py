@@ -56,8 +56,9 @@ def graph(request, make_graph, shared_dataset) -> Graph:
 
 
 def _context(graph: Graph, kind: str) -> GraphContext:
-    """The one-process context of ``kind`` with the operator in float64."""
-    part = whole_graph_part(graph)
+    """The one-process context of ``kind`` with the operator in float64 (rows in global order,
+    as PyG's)."""
+    part = whole_graph_part(graph, order="global")
     op = build_operator(part, kind)
     inner = op.inner.with_values(op.inner.values.double())
     return GraphContext(

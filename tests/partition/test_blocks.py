@@ -122,10 +122,14 @@ def test_whole_graph_part_has_the_same_blocks(graph, tmp_path):
     block = np.repeat(whole.block_ids, np.diff(whole.block_ptr))
     assert np.array_equal(stored[whole.global_ids[whole.block_rows]], block)
     assert whole.meta["block_sha256"] == load_partition(tmp_path / "p", 0).meta["block_sha256"]
-    assert np.array_equal(whole.global_ids, np.arange(graph.num_nodes))  # rows stay in place
+    assert np.array_equal(whole.block_rows, np.arange(graph.num_nodes))  # block order
     for k in range(whole.num_blocks):  # ascending global id within a block
-        rows = whole.block_rows[whole.block_ptr[k] : whole.block_ptr[k + 1]]
-        assert (np.diff(rows) > 0).all()
+        gids = whole.global_ids[whole.block_ptr[k] : whole.block_ptr[k + 1]]
+        assert (np.diff(gids) > 0).all()
+    flat = whole_graph_part(graph, order="global")  # rows stay in place, block_rows orders them
+    assert np.array_equal(flat.global_ids, np.arange(graph.num_nodes))
+    assert np.array_equal(flat.block_rows, whole.global_ids)
+    assert np.array_equal(flat.block_ptr, whole.block_ptr)
 
 
 def test_kway_and_other_methods_have_no_blocks(graph, small_partitions, tmp_path):

@@ -23,7 +23,7 @@ from test_partition_errors import rewrite
 from fullgraph.datasets import Graph
 from fullgraph.datasets.edges import csr_to_edges
 from fullgraph.datasets.synthetic import with_edge_values
-from fullgraph.errors import DataError, PartitionError
+from fullgraph.errors import ConfigError, DataError, PartitionError
 from fullgraph.partition import (
     load_partition,
     partition_graph,
@@ -78,11 +78,33 @@ def test_every_edge_once_with_its_target_and_aligned(weighted, weighted_parts, P
     assert verify_partitions(weighted_parts[P], weighted)["against_graph"]
 
 
-def test_whole_graph_part_carries_them(weighted) -> None:
-    p = whole_graph_part(weighted)
-    np.testing.assert_array_equal(p.edge_weight, weighted.edge_weight)
-    np.testing.assert_array_equal(p.edge_attr, weighted.edge_attr)
-    np.testing.assert_array_equal(p.in_weight, weighted.in_weight())
+#: The arrays of a :class:`~fullgraph.partition.Partition`, compared by value and dtype.
+WHOLE_ARRAYS = (
+    "global_ids", "indptr", "indices", "in_degree", "x", "y", "train_mask", "val_mask",
+    "test_mask", "send_index", "send_offsets", "recv_offsets", "edge_weight", "in_weight",
+    "edge_attr", "block_ids", "block_rows", "block_ptr",
+)  # fmt: skip
+
+
+def test_whole_graph_part_is_the_one_part_partition(weighted, tmp_path) -> None:
+    """One process's part is ``fullgraph partition --parts 1``'s, array for array (rows in
+    block order, edge values permuted with them); ``order="global"`` keeps the graph's."""
+    partition_graph(weighted, 1, tmp_path / "p1", seed=0)
+    want = load_partition(tmp_path / "p1", 0, mmap=False)
+    got = whole_graph_part(weighted)
+    assert not np.array_equal(got.global_ids, np.arange(weighted.num_nodes))  # a real permutation
+    for name in WHOLE_ARRAYS:
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    assert (got.num_blocks, got.num_inner, got.num_halo) == (want.num_blocks, want.num_inner, 0)
+    flat = whole_graph_part(weighted, order="global")
+    np.testing.assert_array_equal(flat.global_ids, np.arange(weighted.num_nodes))
+    np.testing.assert_array_equal(flat.edge_weight, weighted.edge_weight)
+    np.testing.assert_array_equal(flat.edge_attr, weighted.edge_attr)
+    np.testing.assert_array_equal(flat.in_weight, weighted.in_weight())
+    np.testing.assert_array_equal(flat.x[got.global_ids], got.x)
+    with pytest.raises(ConfigError, match="order must be one of blocks, global"):
+        whole_graph_part(weighted, order="rows")
 
 
 @pytest.fixture

@@ -54,5 +54,5 @@ def test_auto_falls_back_to_rcm_without_metis(
     part = load_partition(tmp_path / "p", 1)
     whole = whole_graph_part(small_graph, block_size=8)
     assert part.num_blocks == whole.num_blocks
-    first = whole.block_rows[whole.block_ptr[0] : whole.block_ptr[1]]  # local ids = global
+    first = whole.global_ids[whole.block_rows[whole.block_ptr[0] : whole.block_ptr[1]]]
     assert set(first.tolist()) == set(np.flatnonzero(want.block == 0).tolist())

@@ -157,11 +157,16 @@ def _model_file(path: Path, cfg: TrainConfig, graph: Graph, seed: int = 0) -> Pa
 
 
 def _ours(model_path: Path, graph: Graph) -> torch.Tensor:
-    """Our model's logits: the ``GNN`` in evaluation on the one-process context."""
+    """Our model's logits: the ``GNN`` in evaluation on the one-process context, its rows (in
+    block order) put back in global order."""
     mf = load_model_file(model_path)
-    rank = assemble_rank(whole_graph_part(graph), Communicator(), mf.config)
+    part = whole_graph_part(graph)
+    rank = assemble_rank(part, Communicator(), mf.config)
     with torch.no_grad():
-        return mf.build()(rank.data["x"], rank.ctx, training=False)
+        logits = mf.build()(rank.data["x"], rank.ctx, training=False)
+    out = torch.empty_like(logits)
+    out[torch.from_numpy(np.asarray(part.global_ids))] = logits
+    return out
 
 
 def _import(path: Path) -> ModuleType:
