@@ -323,10 +323,36 @@ class GINConvTwin(nn.Module):
     ) -> torch.Tensor:
         """This rank's rows of ``GINConv(x, edge_index)`` (no bipartite input)."""
         ctx = _context(self, SUM, x, edge_index, size=size)
+        tree = part_tree(x)
+        if tree is not None and tree.handles(self.eps, int(x.shape[0])):
+            return self.nn(_TreeEps.apply(ctx.aggregate(x), x, self.eps, tree))
         return self.nn(ctx.aggregate(x) + (1 + self.eps) * x)
 
     def extra_repr(self) -> str:
         return f"eps={self.initial_eps}, train_eps={isinstance(self.eps, nn.Parameter)}"
+
+
+class _TreeEps(torch.autograd.Function):
+    """``m + (1 + eps) x`` (the same bits); ``eps``'s gradient, ``sum(dOut * x)``, per block
+    into the step's block tree (:meth:`~fullgraph.distributed.tree_sum.BlockGradients.add`)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, m: torch.Tensor, x: torch.Tensor, eps: torch.Tensor, tree: BlockGradients
+    ) -> torch.Tensor:
+        """``m + (1 + eps) x``."""
+        ctx.save_for_backward(x)
+        ctx.eps, ctx.tree = eps, tree
+        return m + (1 + eps) * x
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple:
+        """``dOut`` for ``m``, ``(1 + eps) dOut`` for ``x``; ``eps``'s partials pushed."""
+        (x,) = ctx.saved_tensors
+        eps = ctx.eps
+        ctx.tree.add(eps, lambda d, r: (d * r).sum().reshape(eps.shape), dy.contiguous(), x)
+        dx = dy * (1 + eps.detach()) if ctx.needs_input_grad[1] else None
+        return dy, dx, None, None
 
 
 class TrimToLayerTwin(nn.Module):

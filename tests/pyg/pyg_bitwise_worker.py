@@ -1,8 +1,8 @@
 """Worker of ``tests/pyg/test_pyg_bitwise.py``: PyG's model classes trained by a user's script.
 
 ``bitwise --source DIR --transports mpi gloo`` (run by :func:`harness.run_task`, result
-``.npz``): over each transport, every model of :data:`MODELS` (PyG's ``GCN`` and
-``GraphSAGE``, 2 layers, dropout 0.5) is converted with ``pyg.distribute`` and trained
+``.npz``): over each transport, every model of :data:`MODELS` (PyG's ``GCN``, ``GraphSAGE``
+and ``GIN(train_eps=True)``, 2 layers, dropout 0.5) is converted with ``pyg.distribute`` and trained
 :data:`STEPS` steps by :func:`train`, a script as a PyG user writes it (their own ``Adam`` and
 ``F.cross_entropy(out[mask], y[mask])``); rank 0 saves, per transport and model, the first
 step's gradients, the losses, the final parameters and Adam's state. ``--control 1`` trains
@@ -34,11 +34,11 @@ STEPS = 4
 DROPOUT = 0.5
 
 
-def _basic_gnn(cls: str) -> Callable[[int, int], nn.Module]:
+def _basic_gnn(cls: str, **kwargs: Any) -> Callable[[int, int], nn.Module]:
     def make(in_channels: int, classes: int) -> nn.Module:
         import torch_geometric.nn.models as models
 
-        return getattr(models, cls)(in_channels, 16, 2, classes, dropout=DROPOUT)
+        return getattr(models, cls)(in_channels, 16, 2, classes, dropout=DROPOUT, **kwargs)
 
     return make
 
@@ -47,6 +47,7 @@ def _basic_gnn(cls: str) -> Callable[[int, int], nn.Module]:
 MODELS: dict[str, Callable[[int, int], nn.Module]] = {
     "GCN": _basic_gnn("GCN"),
     "GraphSAGE": _basic_gnn("GraphSAGE"),
+    "GIN-train-eps": _basic_gnn("GIN", train_eps=True),  # eps: the twin's own tree function
 }
 
 
