@@ -23,7 +23,9 @@ makes, the user's and PyG's alike, so a script keeps its calls as written:
   of float32 node rows (every inner row of the part) takes
   :class:`~fullgraph.models.mixed_linear.BlockLinearFunction` (through
   :func:`~fullgraph.models.mixed_linear.mixed_linear`): the same forward bits, its weight and
-  bias gradients per-block partials of the tree (the same bits at any rank count);
+  bias gradients per-block partials of the tree (the same bits at any rank count); so does
+  ``F.layer_norm`` of node rows (torch's and PyG's ``LayerNorm(mode="node")``:
+  :func:`layer_norm_call`);
 - every other call runs unchanged.
 
 The table of the docs (``docs/pyg.md``) is :func:`calls_table`, generated from :data:`DROPOUTS`
@@ -47,6 +49,7 @@ from fullgraph.distributed.tree_sum import active_gradients
 from fullgraph.errors import ConfigError
 from fullgraph.models.dropout import hashed_dropout
 from fullgraph.models.mixed_linear import mixed_linear
+from fullgraph.models.norm import _NodeLayerNormFunction, norm_tree
 
 if TYPE_CHECKING:
     from fullgraph.pyg.node_rows import TorchFunction
@@ -214,6 +217,24 @@ def mixed_linear_call(
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
+def layer_norm_call(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor:
+    """``F.layer_norm(input, normalized_shape, weight, bias, eps)`` (torch's and PyG's
+    ``LayerNorm(mode="node")``): of node rows ``[n, width]`` with a weight and a bias under the
+    step's block tree, :class:`~fullgraph.models.norm.NodeLayerNorm`'s function (torch's
+    forward and input gradient, the same bits; the weight and bias gradients per-block
+    partials); any other call as it is."""
+    names = ("input", "normalized_shape", "weight", "bias", "eps")
+    got = dict(zip(names, args, strict=False)) | kwargs
+    x, weight, bias = got.get("input"), got.get("weight"), got.get("bias")
+    if isinstance(x, torch.Tensor) and x.dim() == 2 and weight is not None and bias is not None:
+        tree = norm_tree(int(x.shape[0]), weight, bias)
+        shape = list(got["normalized_shape"])
+        if tree is not None and shape == [int(x.shape[1])]:
+            eps = float(got.get("eps", 1e-5))
+            return _NodeLayerNormFunction.apply(x, weight, bias, shape, eps, tree)
+    return F.layer_norm(*args, **kwargs)
+
+
 class ForwardCalls(TorchFunctionMode):
     """The calls of a converted model's forward pass (entered and left by its hooks).
 
@@ -241,6 +262,8 @@ class ForwardCalls(TorchFunctionMode):
             or (torch.is_grad_enabled() and active_gradients() is not None)  # not in a backward
         ):
             return mixed_linear_call(args, kwargs, self.row_dtype)
+        if func is F.layer_norm and torch.is_grad_enabled():
+            return layer_norm_call(args, kwargs)
         seen = DROPOUTS.get(func)
         if seen is not None:
             name, bind, inplace = seen

@@ -28,10 +28,11 @@ backward sums them in the block tree (``reduce_gradients(..., tree=...)``): the 
 any rank count. The aggregations are summed in ascending global id already
 (:class:`~fullgraph.distributed.halo.HaloAggregate`), the script's loss gives every row the
 same gradient (its sum divided by the global count: :mod:`~fullgraph.pyg.node_reductions`),
-``GINConv``'s trained ``eps`` its own per-block sums, and the twins' ``BatchNorm`` and
-``GATConv`` take their tree paths. Any other parameter (one that autograd gives a gradient: a
-product over other rows or of a transformed weight, torch's and PyG's ``LayerNorm``, ...)
-keeps the fixed-order all-reduce: P ranks equal one process to float rounding there.
+``GINConv``'s trained ``eps`` its own per-block sums, ``F.layer_norm`` of node rows
+:class:`~fullgraph.models.norm.NodeLayerNorm`'s, and the twins' ``BatchNorm`` and ``GATConv``
+take their tree paths. Any other parameter (one that autograd gives a gradient: a product over
+other rows or of a transformed weight, ``RMSNorm``'s weight, ...) keeps the fixed-order
+all-reduce: P ranks equal one process to float rounding there.
 """
 
 from __future__ import annotations

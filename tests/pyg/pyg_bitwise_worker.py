@@ -2,9 +2,10 @@
 
 ``bitwise --source DIR --transports mpi gloo`` (run by :func:`harness.run_task`, result
 ``.npz``): over each transport, every model of :data:`MODELS` (PyG's ``GCN``, ``GraphSAGE``
-and ``GIN(train_eps=True)``, 2 layers, dropout 0.5) is converted with ``pyg.distribute`` and trained
-:data:`STEPS` steps by :func:`train`, a script as a PyG user writes it (their own ``Adam`` and
-``F.cross_entropy(out[mask], y[mask])``); rank 0 saves, per transport and model, the first
+with ``LayerNorm(mode="node")`` and ``GIN(train_eps=True)``, 2 layers, dropout 0.5) is
+converted with ``pyg.distribute`` and trained :data:`STEPS` steps by :func:`train`, a script
+as a PyG user writes it (their own ``Adam`` and ``F.cross_entropy(out[mask], y[mask])``);
+rank 0 saves, per transport and model, the first
 step's gradients, the losses, the final parameters and Adam's state. ``--control 1`` trains
 once more over the first transport with the block tree off (``runtime.part_blocks`` gives no
 blocks: every gradient all-reduced in rank order, as a partition without blocks trains), as
@@ -46,7 +47,7 @@ def _basic_gnn(cls: str, **kwargs: Any) -> Callable[[int, int], nn.Module]:
 #: Model name -> builder ``(in_channels, classes)``.
 MODELS: dict[str, Callable[[int, int], nn.Module]] = {
     "GCN": _basic_gnn("GCN"),
-    "GraphSAGE": _basic_gnn("GraphSAGE"),
+    "GraphSAGE-ln": _basic_gnn("GraphSAGE", norm="layer_norm", norm_kwargs={"mode": "node"}),
     "GIN-train-eps": _basic_gnn("GIN", train_eps=True),  # eps: the twin's own tree function
 }
 

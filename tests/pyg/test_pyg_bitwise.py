@@ -1,15 +1,16 @@
 """Bit-identical at any rank count through ``fullgraph.pyg`` (issue 33): PyG's own ``GCN``,
-``GraphSAGE`` and ``GIN(train_eps=True)`` classes (2 layers, dropout 0.5), converted with
-``pyg.distribute`` and trained 4 steps by a user's script (their own ``Adam`` and
-``F.cross_entropy(out[mask], y[mask])``) on P = 2 ranks over mpi and gloo equal one process on
-the whole graph ``torch.equal``: the first step's gradients, every step's loss, the final
-parameters and Adam's moments.
+``GraphSAGE`` (with ``norm="layer_norm"``, node mode) and ``GIN(train_eps=True)`` classes (2
+layers, dropout 0.5), converted with ``pyg.distribute`` and trained 4 steps by a user's script
+(their own ``Adam`` and ``F.cross_entropy(out[mask], y[mask])``) on P = 2 ranks over mpi and
+gloo equal one process on the whole graph ``torch.equal``: the first step's gradients, every
+step's loss, the final parameters and Adam's moments.
 
 What makes it hold: the partition's fixed node blocks (``fullgraph partition``'s, and the
 whole graph's on one process), the step's block tree in force during the training forward
 (:mod:`fullgraph.pyg.runtime`), so that every ``F.linear`` over the inner rows and every
 twin's bias push per-block partials (:mod:`fullgraph.pyg.functional`,
-:mod:`fullgraph.pyg.twins`; ``GINConv``'s ``eps`` its own per-block sums), the aggregations
+:mod:`fullgraph.pyg.twins`; ``GINConv``'s ``eps`` its own per-block sums, ``F.layer_norm``'s
+weight and bias :class:`~fullgraph.models.norm.NodeLayerNorm`'s), the aggregations
 summed in ascending global id, and the loss's value an exact sum
 (:func:`fullgraph.pyg.node_reductions.exact_sum`). The negative control, the same run with
 the tree off (every gradient all-reduced in rank order, as a partition without blocks
@@ -97,7 +98,7 @@ def test_the_tree_is_in_force_for_a_training_pass(small_graph: Graph) -> None:
 
     data = pyg.load_part(small_graph, Communicator())
     torch.manual_seed(0)
-    model = pyg.distribute(pyg_bitwise_worker.MODELS["GraphSAGE"](data.num_features, 4), data)
+    model = pyg.distribute(pyg_bitwise_worker.MODELS["GraphSAGE-ln"](data.num_features, 4), data)
     run: runtime.ModelRun = model._fullgraph_run
     assert run.layout is not None and run.layout.num_rows == data.num_nodes
     seen: list[object] = []
