@@ -43,11 +43,12 @@ class MixedLinearFunction(torch.autograd.Function):
 
 
 def _block_product(dy_b: torch.Tensor, x_b: torch.Tensor) -> torch.Tensor:
-    """One block's ``dY_b^T x_b`` as float32: a float32 product, or a bfloat16 one (``dY_b``
-    bfloat16: the kernel's float32 sums rounded to bfloat16) widened."""
+    """One block's ``dY_b^T x_b``: a bfloat16 product widened to float32 (``dY_b`` bfloat16:
+    the kernel's float32 sums rounded to bfloat16), else the product in ``dY_b``'s dtype
+    (float32; float64 for a float64 model, as fullgraph.pyg's parity tests train)."""
     if dy_b.dtype == torch.bfloat16:
         return torch.mm(dy_b.t(), x_b.to(torch.bfloat16)).float()
-    return torch.mm(dy_b.t(), x_b.float())
+    return torch.mm(dy_b.t(), x_b.to(dy_b.dtype))
 
 
 class BlockLinearFunction(torch.autograd.Function):
@@ -107,7 +108,7 @@ class BlockLinearFunction(torch.autograd.Function):
                 tree.add(w_param, _block_product, g_ordered, rows, ordered=True)
                 dy_ordered = g_ordered if low is None else None
             else:
-                dw = torch.mm(dy.t(), h_in.float())
+                dw = torch.mm(dy.t(), h_in.to(dy.dtype))
         if b_param is not None and ctx.needs_input_grad[2]:
             if tree.handles(b_param, n):
                 if dy_ordered is None:
