@@ -59,6 +59,7 @@ from fullgraph.distributed.halo import (
 )
 from fullgraph.distributed.tree_sum import BlockGradients, active_gradients, row_sum
 from fullgraph.kernels import CSRMatrix, spmm
+from fullgraph.kernels.block_product import block_product
 
 #: Elements of one row block of ``A_inner^T dY`` in the backward pass (8 MB of float32).
 BLOCK_ELEMENTS = 1 << 21
@@ -218,7 +219,7 @@ def _block_product(dy_b: torch.Tensor, x_b: torch.Tensor | sp.csr_matrix) -> tor
     float32 accumulation rounded to bfloat16 by the kernel), widened to float32 for the tree."""
     if dy_b.dtype == torch.bfloat16 and isinstance(x_b, torch.Tensor):
         return torch.mm(dy_b.t(), x_b.to(torch.bfloat16)).float()
-    return torch.mm(dy_b.float().t(), _dense(x_b))
+    return block_product(dy_b.float(), _dense(x_b))  # narrow outputs: thread-count invariant
 
 
 def _push_or_sum(
