@@ -1,9 +1,7 @@
 """Fixed node blocks chosen before the number of parts, and parts as contiguous runs of them.
 
-Bit-identical training at any rank count (issue 33) needs the sums over nodes (weight
-gradients, loss, norm statistics) to be added in an order that does not depend on P: the node
-axis is cut into blocks once, every part is a union of whole blocks, each block's partial is
-computed alike whatever P, and the partials are added in one fixed tree over the block index.
+Bit-identical training at any rank count (issue 33): the node axis is cut into blocks once,
+every part a union of whole blocks, and sums over nodes added per block, then in one fixed tree.
 
 :func:`node_blocks` is that blocking: a function of the graph, the seed, the block size and the
 METIS library only, never of P. METIS's recursive bisection first cuts the graph into a few top
@@ -16,9 +14,10 @@ run of consecutive block indices is a well-connected subgraph, and at P = 2, 4, 
 whole subtrees. :func:`parts_from_blocks` then cuts the block sequence into P contiguous runs
 that minimise the largest part's share of nodes, training nodes and edges.
 
-Default block size (:func:`default_block_size`): ``B = clamp(N // 256, 1, 4096)``: at least 256
-blocks (32 per part at P = 8) on graphs of 256 nodes and more, at most 4096 rows per block on
-large graphs (beyond about a million nodes the count of blocks grows instead, ``N / 4096``).
+Default block size (:func:`default_block_size`): ``B = clamp(N // 256, min(64, N // 32),
+4096)``: at least 256 blocks (32 per part at P = 8) from 16,384 nodes, blocks of 64 nodes (at
+least 32 blocks) below (a block costs a Python call per product: 10 rows do not pay for it),
+at most 4096 rows a block (beyond about a million nodes the count grows instead, ``N / 4096``).
 """
 
 from __future__ import annotations
@@ -44,6 +43,8 @@ BLOCK_LIBRARIES = (*METIS_LIBRARIES, RCM)
 #: A graph of at least this many nodes is cut into at least this many blocks (32 per part at P=8).
 MIN_BLOCKS = 256
 
+#: The fewest nodes a default block holds, and the fewest default blocks of a small graph.
+MIN_BLOCK_ROWS, MIN_SMALL_BLOCKS = 64, 32
 #: The most nodes a block is meant to hold (METIS's target; it may exceed it by its tolerance).
 MAX_BLOCK_ROWS = 4096
 
@@ -59,8 +60,9 @@ TRAIN_PER_BLOCK = 8
 
 
 def default_block_size(num_nodes: int) -> int:
-    """The block size a graph of ``num_nodes`` nodes gets: ``clamp(N // 256, 1, 4096)``."""
-    return int(min(MAX_BLOCK_ROWS, max(1, num_nodes // MIN_BLOCKS)))
+    """The block size of ``num_nodes`` nodes: ``clamp(N // 256, min(64, N // 32), 4096)``."""
+    floor = min(MIN_BLOCK_ROWS, max(1, num_nodes // MIN_SMALL_BLOCKS))
+    return int(min(MAX_BLOCK_ROWS, max(floor, num_nodes // MIN_BLOCKS)))
 
 
 @dataclass(frozen=True)
@@ -207,10 +209,8 @@ def node_blocks(
         graph: the graph.
         block_size: target nodes per block ``B`` (default :func:`default_block_size`).
         seed: METIS's seed.
-        metis: METIS library, one of :data:`~fullgraph.partition.assign.METIS_LIBRARIES`,
-            or ``rcm``: no METIS, :data:`target <_block_count>` blocks of equal node counts
-            along the reverse Cuthill-McKee order (what ``auto`` falls back to, with a note,
-            where neither libmetis nor pymetis can be imported).
+        metis: METIS library (:data:`~fullgraph.partition.assign.METIS_LIBRARIES`), or
+            ``rcm`` (:mod:`~fullgraph.partition.rcm`; ``auto``'s fallback without METIS).
         notes: if given, the METIS library used and its fallbacks are appended.
 
     Returns:

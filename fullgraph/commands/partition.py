@@ -58,8 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--block-size",
         type=int,
         metavar="B",
-        help="with --assign blocks: target nodes per block (default N // 256 within [1, "
-        "4096]: at least 256 blocks, at most 4096 nodes a block); P may not exceed the blocks",
+        help="with --assign blocks: target nodes per block (default N // 256 within "
+        "[min(64, N // 32), 4096]: at least 256 blocks from 16,384 nodes, blocks of 64 (at "
+        "least 32 blocks) below, at most 4096 nodes a block); P may not exceed the blocks",
     )
     parser.add_argument(
         "--metis",

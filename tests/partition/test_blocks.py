@@ -25,7 +25,7 @@ from fullgraph.partition.whole import whole_graph_part
 
 @pytest.fixture(scope="module")
 def graph(make_graph):
-    """A graph large enough for blocks of several nodes (block size 4)."""
+    """A graph large enough for blocks of several nodes (block size 37: 33 blocks)."""
     return make_graph(num_nodes=1200, num_blocks=6, avg_degree=8, seed=11)
 
 
@@ -40,15 +40,19 @@ def stored_blocks(path, num_parts: int, num_nodes: int) -> np.ndarray:
 
 
 def test_default_block_size_rule():
-    assert default_block_size(100) == 1
-    assert default_block_size(2708) == 10  # Cora: 271 blocks, 33 a part at P = 8
+    assert default_block_size(20) == 1
+    assert default_block_size(100) == 3  # at least 32 blocks
+    assert default_block_size(600) == 18  # the tests' graph: 34 blocks
+    assert default_block_size(2708) == 64  # Cora: 43 blocks of 64 (not 271 of 10)
+    assert default_block_size(16384) == 64  # from here N // 256
+    assert default_block_size(20000) == 78
     assert default_block_size(34493) == 134  # Coauthor Physics: 258 blocks
     assert default_block_size(2_449_029) == 4096  # products: 598 blocks of at most 4096
 
 
 def test_blocks_do_not_depend_on_p(graph, tmp_path):
     blocks = node_blocks(graph)
-    assert blocks.block_size == default_block_size(graph.num_nodes) == 4
+    assert blocks.block_size == default_block_size(graph.num_nodes) == 37
     assert blocks.sizes().min() >= 1 and blocks.num_blocks == blocks.block.max() + 1
     BLOCK_CACHE.clear()  # METIS cuts them again, not the cache
     assert np.array_equal(blocks.block, node_blocks(graph).block)  # deterministic
@@ -64,7 +68,8 @@ def test_blocks_do_not_depend_on_p(graph, tmp_path):
 
 @pytest.mark.parametrize("num_parts", [2, 3, 5, 8])
 def test_parts_are_runs_of_whole_blocks_and_balanced(graph, num_parts):
-    owner, blocks = block_assignment(graph, num_parts, seed=0)
+    # blocks of 4 nodes (300): the runs' balance, not the default blocks' granularity (33)
+    owner, blocks = block_assignment(graph, num_parts, seed=0, block_size=4)
     part_of = np.zeros(blocks.num_blocks, dtype=np.int64)
     part_of[blocks.block] = owner
     assert np.array_equal(part_of[blocks.block], owner)  # whole blocks
@@ -202,22 +207,26 @@ def test_verify_catches_a_damaged_block_array(
     assert "\n" not in str(info.value)
 
 
-def test_verify_catches_blocks_moved_between_blocks(small_partitions, tmp_path):
+def test_verify_catches_blocks_moved_between_blocks(small_graph, tmp_path):
     """A block boundary moved by one row where the rows stay ascending: every local check
-    passes, the digest of meta.json does not."""
+    passes, the digest of meta.json does not (blocks of 2 nodes: such boundaries are common)."""
     path = tmp_path / "p"
-    shutil.copytree(small_partitions[4], path)
-    p = load_partition(path, 1)
-    gids, ptr = np.asarray(p.global_ids[: p.num_inner]), np.asarray(p.block_ptr)
-    movable = [
-        k
-        for k in range(1, ptr.size - 1)
-        if ptr[k + 1] - ptr[k] >= 2 and gids[ptr[k]] > gids[ptr[k] - 1]
-    ]
+    partition_graph(small_graph, 4, path, seed=0, block_size=2)
+    movable = []
+    for rank in range(4):  # the first part with such a boundary
+        p = load_partition(path, rank)
+        gids, ptr = np.asarray(p.global_ids[: p.num_inner]), np.asarray(p.block_ptr)
+        movable = [
+            k
+            for k in range(1, ptr.size - 1)
+            if ptr[k + 1] - ptr[k] >= 2 and gids[ptr[k]] > gids[ptr[k] - 1]
+        ]
+        if movable:
+            break
     assert movable, "no boundary to move"
     moved = ptr.copy()
     moved[movable[0]] += 1  # the first row of the next block joins the block before it
-    damage(path, 1, "block_ptr", lambda a: moved)
+    damage(path, rank, "block_ptr", lambda a: moved)
     with pytest.raises(PartitionError, match=r"differ from the block_sha256 of meta\.json"):
         verify_partitions(path)
 
@@ -227,7 +236,7 @@ def test_verify_cuts_the_blocks_again(small_graph, small_partitions, tmp_path, k
     path = tmp_path / "p"
     shutil.copytree(small_partitions[4], path)
     summary = verify_partitions(path, small_graph)
-    assert summary["blocks_cut_again"] and summary["num_blocks"] >= 100
+    assert summary["blocks_cut_again"] and summary["num_blocks"] >= 32
     meta = json.loads((path / "meta.json").read_text())
     meta[key] = value  # the blocks recorded with another seed or size than they were cut with
     (path / "meta.json").write_text(json.dumps(meta))
