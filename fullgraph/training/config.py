@@ -115,6 +115,7 @@ _CODEC_HELP = (
 #: ``--sums``: the block tree (the bit-identical contract) or today's rank-order all-reduce.
 SUMS = ("tree", "rank-order")
 
+
 @dataclass
 class TrainConfig(InputDropoutConfig, Config):
     """The experiment of a full-batch run (saved in ``config.json`` and the checkpoint)."""
