@@ -402,17 +402,6 @@ def _ordered_rows_bf16(
                 o[f] = acc[f]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _to_bf16_bits(v):  # pragma: no cover - JIT
-    """The bfloat16 bit pattern of float32 ``v``, rounded to nearest even (as torch's
-    ``float.to(torch.bfloat16)``; a NaN becomes 0x7FC0)."""
-    if v != v:
-        return np.uint16(0x7FC0)
-    u = np.array([v], np.float32).view(np.uint32)[0]
-    u = u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
-    return np.uint16(u >> np.uint32(16))
-
-
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _ordered_rows_bf16_out(
     indptr, indices, values, has_values, x16, halo16, num_local, out16, rowmap, bounds
@@ -426,6 +415,8 @@ def _ordered_rows_bf16_out(
         wide = np.empty(nf, np.uint32)
         xf = wide.view(np.float32)
         acc = np.empty(nf, np.float64)
+        rounded = np.empty(nf, np.float32)  # each sum rounded to float32, read as its bits
+        bits = rounded.view(np.uint32)
         for r in range(bounds[c], bounds[c + 1]):
             for f in range(nf):
                 acc[f] = 0.0
@@ -445,7 +436,14 @@ def _ordered_rows_bf16_out(
                     acc[f] += w * xf[f]
             o = out16[rowmap[r]]
             for f in range(nf):
-                o[f] = _to_bf16_bits(np.float32(acc[f]))
+                rounded[f] = acc[f]
+            for f in range(nf):  # to nearest even; a NaN becomes 0xFFFF (torch's vector .to)
+                u = bits[f]
+                if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+                    o[f] = np.uint16(0xFFFF)
+                else:
+                    u = u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
+                    o[f] = np.uint16(u >> np.uint32(16))
 
 
 def _bits16(x: torch.Tensor) -> np.ndarray:

@@ -225,13 +225,15 @@ def test_spmm_ordered_bf16_out_is_the_float32_result_rounded(monkeypatch, name):
     values[0] = 1.0 + 2.0**-8  # 1 + 2^-8 times a bfloat16: float32 sums near ties
     A = CSRMatrix(indptr, indices, values, num_cols=n_cols)
     x = (torch.randn(n_cols, width) * 10 ** torch.empty(n_cols, 1).uniform_(-3, 3)).bfloat16()
+    x[3, 0], x[4, 1], x[5, 2] = float("inf"), float("-inf"), float("nan")  # specials as torch
     rows = torch.from_numpy(rng.permutation(40)[:n_rows].astype(np.int64))
     wide = spmm_ordered_(torch.zeros(40, width), A, rows, x)
     for cut in (0, 20, n_cols):
         out = torch.full((40, width), -7.0).bfloat16()
         got = spmm_ordered_(out, A, rows, x[:cut], x[cut:])
         assert got.dtype == torch.bfloat16
-        assert torch.equal(got[rows], wide[rows].to(torch.bfloat16)), cut
+        want = wide[rows].to(torch.bfloat16).view(torch.int16)  # bit patterns: NaN included
+        assert torch.equal(got[rows].view(torch.int16), want), cut
         untouched = torch.ones(40, dtype=torch.bool)
         untouched[rows] = False
         assert bool((got[untouched] == -7.0).all())
