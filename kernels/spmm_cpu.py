@@ -366,6 +366,34 @@ def _ordered_rows(
                     acc[f] += w * xr[f]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bf16_row_sum(
+    indptr, indices, values, has_values, x16, halo16, num_local, r, wide, acc
+):  # pragma: no cover - JIT
+    """``acc`` = row ``r``'s sum of its entries' bfloat16 source rows (``x16`` or ``halo16``
+    bit patterns, widened to float32 in the scratch row ``wide``), float32 products added in
+    float64 in the order of the entries: the body of both bfloat16 ordered kernels."""
+    nf = x16.shape[1]
+    last = indices.shape[0] - PREFETCH_DISTANCE
+    xf = wide.view(np.float32)
+    for f in range(nf):
+        acc[f] = 0.0
+    for e in range(indptr[r], indptr[r + 1]):
+        if e < last:
+            ahead = indices[e + PREFETCH_DISTANCE]
+            if ahead < num_local:
+                _prefetch_row(x16, ahead)
+            else:
+                _prefetch_row(halo16, ahead - num_local)
+        col = indices[e]
+        xr = x16[col] if col < num_local else halo16[col - num_local]
+        for f in range(nf):
+            wide[f] = np.uint32(xr[f]) << np.uint32(16)
+        w = values[e] if has_values else np.float32(1.0)
+        for f in range(nf):
+            acc[f] += w * xf[f]
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _ordered_rows_bf16(
     indptr, indices, values, has_values, x16, halo16, num_local, out, rowmap, bounds
@@ -375,28 +403,11 @@ def _ordered_rows_bf16(
     scratch row (no fastmath: the order is the entries') and rounded once into ``out``
     (float32)."""
     nf = x16.shape[1]
-    last = indices.shape[0] - PREFETCH_DISTANCE
     for c in numba.prange(bounds.shape[0] - 1):
         wide = np.empty(nf, np.uint32)
-        xf = wide.view(np.float32)
         acc = np.empty(nf, np.float64)
         for r in range(bounds[c], bounds[c + 1]):
-            for f in range(nf):
-                acc[f] = 0.0
-            for e in range(indptr[r], indptr[r + 1]):
-                if e < last:
-                    ahead = indices[e + PREFETCH_DISTANCE]
-                    if ahead < num_local:
-                        _prefetch_row(x16, ahead)
-                    else:
-                        _prefetch_row(halo16, ahead - num_local)
-                col = indices[e]
-                xr = x16[col] if col < num_local else halo16[col - num_local]
-                for f in range(nf):
-                    wide[f] = np.uint32(xr[f]) << np.uint32(16)
-                w = values[e] if has_values else np.float32(1.0)
-                for f in range(nf):
-                    acc[f] += w * xf[f]
+            _bf16_row_sum(indptr, indices, values, has_values, x16, halo16, num_local, r, wide, acc)
             o = out[rowmap[r]]
             for f in range(nf):
                 o[f] = acc[f]
@@ -410,30 +421,13 @@ def _ordered_rows_bf16_out(
     row's float64 sum rounded to float32, then to bfloat16, as ``out.float()`` then
     ``.to(torch.bfloat16)`` would, without the float32 matrix."""
     nf = x16.shape[1]
-    last = indices.shape[0] - PREFETCH_DISTANCE
     for c in numba.prange(bounds.shape[0] - 1):
         wide = np.empty(nf, np.uint32)
-        xf = wide.view(np.float32)
         acc = np.empty(nf, np.float64)
         rounded = np.empty(nf, np.float32)  # each sum rounded to float32, read as its bits
         bits = rounded.view(np.uint32)
         for r in range(bounds[c], bounds[c + 1]):
-            for f in range(nf):
-                acc[f] = 0.0
-            for e in range(indptr[r], indptr[r + 1]):
-                if e < last:
-                    ahead = indices[e + PREFETCH_DISTANCE]
-                    if ahead < num_local:
-                        _prefetch_row(x16, ahead)
-                    else:
-                        _prefetch_row(halo16, ahead - num_local)
-                col = indices[e]
-                xr = x16[col] if col < num_local else halo16[col - num_local]
-                for f in range(nf):
-                    wide[f] = np.uint32(xr[f]) << np.uint32(16)
-                w = values[e] if has_values else np.float32(1.0)
-                for f in range(nf):
-                    acc[f] += w * xf[f]
+            _bf16_row_sum(indptr, indices, values, has_values, x16, halo16, num_local, r, wide, acc)
             o = out16[rowmap[r]]
             for f in range(nf):
                 rounded[f] = acc[f]
