@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.common import machine_name, median, setup_threads, tests_module
+from bench.common import machine_name, median, setup_threads
+from bench.tree_epoch import bench_part
 
 #: name -> (--precision, --sums)
 VARIANTS = {
@@ -44,23 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_threads(args.threads)
     import time
 
-    from fullgraph.distributed.communicator import Communicator
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
-    if args.nodes is not None:
-        from fullgraph.partition import whole_graph_part
-
-        graph = tests_module("conftest").build_sbm_graph(
-            num_nodes=args.nodes, num_features=128, avg_degree=10
-        )
-        part, comm = whole_graph_part(graph), Communicator()
-    else:
-        from fullgraph.distributed import create_communicator
-        from fullgraph.distributed.launch import detect_launch
-        from fullgraph.partition import load_partition
-
-        comm = create_communicator("mpi", detect_launch(), timeout_s=120)
-        part = load_partition(args.parts, comm.rank)
+    part, comm = bench_part(args.nodes, args.parts)
     trainers = {}
     for name, (precision, sums) in VARIANTS.items():
         cfg = TrainConfig(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from bench.common import machine_name, median, setup_threads, tests_module
 
@@ -31,6 +32,25 @@ def write_parts(nodes: int, ranks: int, out: str) -> None:
         num_nodes=nodes, num_features=128, avg_degree=10
     )
     partition_graph(graph, ranks, out, method="metis", seed=0, force=True)
+
+
+def bench_part(nodes: int | None, parts: Path | None) -> tuple[Any, Any]:
+    """``(part, communicator)``: one process on the whole SBM graph of ``nodes`` nodes (128
+    features), or this rank's part of the partition ``parts`` under ``mpirun`` (mpi)."""
+    if nodes is not None:
+        from fullgraph.distributed.communicator import Communicator
+        from fullgraph.partition import whole_graph_part
+
+        graph = tests_module("conftest").build_sbm_graph(
+            num_nodes=nodes, num_features=128, avg_degree=10
+        )
+        return whole_graph_part(graph), Communicator()
+    from fullgraph.distributed import create_communicator
+    from fullgraph.distributed.launch import detect_launch
+    from fullgraph.partition import load_partition
+
+    comm = create_communicator("mpi", detect_launch(), timeout_s=120)
+    return load_partition(parts, comm.rank), comm
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,23 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_threads(args.threads)
     import time
 
-    from fullgraph.distributed.communicator import Communicator
     from fullgraph.training import RunOptions, TrainConfig, Trainer
 
-    if args.nodes is not None:
-        from fullgraph.partition import whole_graph_part
-
-        graph = tests_module("conftest").build_sbm_graph(
-            num_nodes=args.nodes, num_features=128, avg_degree=10
-        )
-        part, comm = whole_graph_part(graph), Communicator()
-    else:
-        from fullgraph.distributed import create_communicator
-        from fullgraph.distributed.launch import detect_launch
-        from fullgraph.partition import load_partition
-
-        comm = create_communicator("mpi", detect_launch(), timeout_s=120)
-        part = load_partition(args.parts, comm.rank)
+    part, comm = bench_part(args.nodes, args.parts)
     if getattr(part, "num_blocks", None) is None:
         raise SystemExit("tree_epoch: the part has no fixed node blocks (an old partition?)")
     cfg = TrainConfig(model=args.model, layers=2, hidden=128, dropout=0.5, epochs=100, seed=3)
