@@ -41,6 +41,7 @@ from fullgraph.models.layers import (
     layer_kinds,
     option_names,
 )
+from fullgraph.models.layers.base import PROPAGATIONS
 from fullgraph.models.layers.sage import AGGREGATIONS
 from fullgraph.models.norm import NORMS
 from fullgraph.precision import precision_option
@@ -112,6 +113,40 @@ _CODEC_HELP = (
 )
 
 
+#: The most propagation steps ``--hops`` accepts: APPNP's published K is 10, SIGN's and SGC's
+#: hops 2-5; beyond this the features are smoothed to the stationary vector and every hop is
+#: an exchange of the whole feature width (in precompute) or the class width (APPNP, per epoch).
+MAX_HOPS = 100
+
+
+def _check_hops(name: str, value: int | None) -> None:
+    """``--hops``: unset, or an integer from 1 to :data:`MAX_HOPS`."""
+    if value is None:
+        return
+    check_number(name, value, low=1, integer=True)
+    if value > MAX_HOPS:
+        raise ConfigError(
+            f"{name} {value} is beyond the {MAX_HOPS} propagation steps fullgraph runs (every "
+            f"step is a halo exchange; by then the features are smoothed to the stationary "
+            f"vector)"
+        )
+
+
+def _check_alpha(name: str, value: float | None) -> None:
+    """``--alpha``: unset, or in (0, 1]."""
+    if value is None:
+        return
+    check_number(name, value)
+    if not 0.0 < value <= 1.0:
+        raise ConfigError(f"{name} must be in (0, 1], not {value:g}")
+
+
+def _check_propagation(name: str, value: str | None) -> None:
+    """``--propagation``: unset, or one of :data:`PROPAGATIONS`."""
+    if value is not None and value not in PROPAGATIONS:
+        raise ConfigError(f"{name} must be one of {', '.join(PROPAGATIONS)}, not {value!r}")
+
+
 #: ``--sums``: the block tree (the bit-identical contract) or today's rank-order all-reduce.
 SUMS = ("tree", "rank-order")
 
@@ -152,6 +187,26 @@ class TrainConfig(InputDropoutConfig, Config):
         "or max",
         check=_check_aggr,
         metavar="{mean,sum,max}",
+    )
+    hops: int | None = option(
+        None,
+        "propagation steps: appnp's K steps of personalised PageRank after its MLP, or the "
+        f"hops A^k X sgc and sign precompute (at most {MAX_HOPS}; default: the kind's)",
+        check=_check_hops,
+        metavar="K",
+    )
+    alpha: float | None = option(
+        None,
+        "teleport probability of personalised-PageRank propagation, in (0, 1] (appnp, and "
+        "--propagation ppr; default 0.1)",
+        check=_check_alpha,
+    )
+    propagation: str | None = option(
+        None,
+        "operator of the precomputed hops (sgc, sign): gcn = D^-1/2 (A + I) D^-1/2 (default), "
+        "mean = the neighbour mean, ppr = personalised-PageRank diffusion on gcn's",
+        check=_check_propagation,
+        metavar="{" + ",".join(PROPAGATIONS) + "}",
     )
     edge_weight: bool = option(
         False,
@@ -261,6 +316,9 @@ class TrainConfig(InputDropoutConfig, Config):
             output_heads=self.output_heads or 1,
             attention_dropout=drop,
             aggr=self.aggr,
+            hops=self.hops,
+            alpha=self.alpha,
+            propagation=self.propagation,
         )
 
     def layer_kind(self) -> type[GraphLayer]:

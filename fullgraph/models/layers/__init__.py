@@ -108,7 +108,10 @@ def check_options(kind: str, given: Mapping[str, object], options: LayerOptions)
     for name, value in given.items():
         if value is None or value is False or name in cls.accepts:
             continue
-        takers = joined(kinds_with(lambda c, n=name: n in c.accepts))
+        takers = kinds_with(lambda c, n=name: n in c.accepts)
+        if not takers:
+            raise ConfigError(f"--{name.replace('_', '-')} applies to no model kind yet")
+        takers = joined(takers)
         raise ConfigError(
             f"--{name.replace('_', '-')} applies to --model {takers} only, not --model {kind}"
         )

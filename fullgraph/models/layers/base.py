@@ -19,6 +19,11 @@ from fullgraph.models.context import GraphContext
 if TYPE_CHECKING:
     from fullgraph.partition import Partition
 
+#: The operators of ``--propagation`` (the hops of SGC and SIGN): ``gcn`` = ``D^-1/2 (A + I)
+#: D^-1/2``, ``mean`` = the mean over incoming neighbours, ``ppr`` = personalised-PageRank
+#: diffusion ``X_k = (1 - alpha) Â X_(k-1) + alpha X`` on the ``gcn`` operator.
+PROPAGATIONS = ("gcn", "mean", "ppr")
+
 #: Registered layer kinds by name.
 LAYERS: dict[str, type[GraphLayer]] = {}
 
@@ -44,6 +49,12 @@ class LayerOptions:
         attention_dropout: drop probability of the attention coefficients (GAT).
         aggr: the neighbour aggregation, ``mean``, ``sum`` or ``max`` (SAGE, GraphConv);
             ``None``: the kind's default (:meth:`GraphLayer.variant` resolves it).
+        hops: propagation steps (APPNP's K) or hops of precomputed features (SGC's and
+            SIGN's ``A^k X``); ``None``: the kind's default.
+        alpha: teleport probability of personalised-PageRank propagation, in (0, 1]
+            (APPNP, and the ``ppr`` propagation); ``None``: the kind's default.
+        propagation: the operator the hops apply (:data:`PROPAGATIONS`); ``None``: the
+            kind's default.
     """
 
     edge_weight: bool = False
@@ -52,6 +63,9 @@ class LayerOptions:
     output_heads: int = 1
     attention_dropout: float = 0.0
     aggr: str | None = None
+    hops: int | None = None
+    alpha: float | None = None
+    propagation: str | None = None
 
 
 #: The init arguments of an exported model (:func:`fullgraph.training.export_pyg.init_args`).
