@@ -44,6 +44,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("distributed", ("fullgraph.distributed",)),
     ("models", ("fullgraph.models",)),
     ("run", ("fullgraph.run",)),
+    ("propagation", ("fullgraph.propagation",)),
     ("trainers", ("fullgraph.training", "fullgraph.minibatch")),
     ("memory", ("fullgraph.memory",)),
     ("entry points", ("fullgraph.pyg", "fullgraph.commands", "fullgraph.cli", "fullgraph")),
@@ -180,7 +181,7 @@ def test_the_checker_sees_a_circle() -> None:
 WINGS = {
     wing: f"fullgraph.{wing}"
     for wing in ("commands", "distributed", "memory", "minibatch", "models", "pyg", "run")
-    + ("training", "kernels", "partition", "datasets")
+    + ("propagation", "training", "kernels", "partition", "datasets")
 }
 #: tests of the whole tree, named for what they check
 TREE_TESTS = {"test_layout.py", "test_packaging.py"}
