@@ -291,34 +291,33 @@ def _tree_backward(
     r = None if root is None else (root if low is None else root.to(low))
     dr = _push_or_sum(tree, r_param, g_y, src, order) if root is not None and need_r else None
     dh = dw = None
+    # Memory: each [n, width] temporary goes as soon as the next is formed (``order`` keeps
+    # the rows it gathered, ``G`` among them); ``dh`` is formed in the backward's dtype and
+    # ``dY R`` added into it in place (bf16-mixed: autograd widens it to float32 after this
+    # returns, when the temporaries are gone: the next layer rounds it to bf16 again).
     if spec.transform_first:
         g = aggregate_transpose(g_y, spec.op, spec.plan, ctx.key) if need_w or need_h else None
         if need_w:
             dw = _push_or_sum(tree, w_param, g, src, order)
+        del order
         if need_h and not isinstance(src, CSRMatrix):
-            dh = _rows_times(g, w, g_y, r)
+            dh = torch.mm(g, w)
+            del g
+            if r is not None:
+                dh.addmm_(g_y, r)
         return dh, dw, db, dr, None
     if need_w:
         dw = _push_or_sum(tree, w_param, g_y, m, order)  # bf16-mixed: M bf16
+    del order
     if need_h:
         dm = torch.mm(g_y, w)
         dh = aggregate_transpose(dm, spec.op, spec.plan, ctx.key)
         del dm
-        if r is not None:
-            dh = dh.float().add_(torch.mm(g_y, r))
+        if r is not None and dh.dtype == torch.bfloat16:
+            dh.addmm_(g_y, r)
+        elif r is not None:
+            dh = dh.add_(torch.mm(g_y, r).float())
     return dh, dw, db, dr, None
-
-
-def _rows_times(
-    g: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, r: torch.Tensor | None
-) -> torch.Tensor:
-    """``g W [+ dY R]``: float32, or two bfloat16 products added in float32."""
-    dh = torch.mm(g, w)
-    if r is None:
-        return dh
-    if dh.dtype == torch.float32:
-        return dh.addmm_(dy, r)
-    return dh.float().add_(torch.mm(dy, r))
 
 
 def _aggregate_backward(
