@@ -65,22 +65,19 @@ class RowSplit:
         )
 
 
-def _compact(
-    rows: np.ndarray, cols: np.ndarray, vals: np.ndarray | None, keep: np.ndarray, num_cols: int
-) -> tuple[torch.Tensor, CSRMatrix]:
-    """The CSR of the rows ``keep`` (ascending) from entries sorted by row."""
-    position = np.searchsorted(keep, rows)
-    counts = np.bincount(position, minlength=keep.size).astype(np.int64)
-    indptr = np.zeros(keep.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    index_dtype = np.int32 if num_cols < 2**31 else np.int64
-    csr = CSRMatrix(
-        indptr,
-        cols.astype(index_dtype),
-        None if vals is None else vals.astype(np.float32),
-        num_cols=num_cols,
-    )
-    return torch.from_numpy(keep.astype(np.int64)), csr
+#: Entries :func:`ordered_split` sorts at a time: its temporaries grow with this, not with the
+#: operator (products-synth, 31M entries a rank at P = 4: the whole-array sort took ~2.5 GB).
+SORT_CHUNK = 1 << 20
+
+
+def _row_chunks(indptr: np.ndarray, chunk: int) -> np.ndarray:
+    """Row boundaries ``[0, ..., num_rows]`` of consecutive row ranges of about ``chunk``
+    entries each (a row longer than ``chunk`` is a range of its own)."""
+    nnz = int(indptr[-1])
+    targets = np.arange(chunk, nnz, chunk, dtype=np.int64)
+    cuts = np.searchsorted(indptr, targets, side="right") - 1
+    bounds = np.concatenate([[0], cuts, [indptr.size - 1]]).astype(np.int64)
+    return np.unique(bounds)
 
 
 def ordered_split(
@@ -93,10 +90,14 @@ def ordered_split(
     num_cols: int,
 ) -> RowSplit:
     """The :class:`RowSplit` of the entries ``(rows, cols, vals)``: every row's entries in
-    ascending ``keys`` (the global id of the source), ties by value.
+    ascending ``keys`` (the global id of the source), ties by value, then by input order.
+
+    The entries are grouped by row (a stable sort of the row ids), then sorted a chunk of
+    whole rows at a time (:data:`SORT_CHUNK` entries) straight into the two splits' arrays:
+    beside the inputs it holds one int64 per entry and the outputs.
 
     Args:
-        rows, cols: int64 [m], the entries' row and column.
+        rows, cols: int [m], the entries' row and column.
         vals: float32 [m] or ``None`` (all ones).
         keys: int64 [m], the order of a row's terms.
         num_rows: rows of the operator.
@@ -104,24 +105,40 @@ def ordered_split(
         num_cols: columns of the operator.
     """
     rows, cols, keys = (np.asarray(a, dtype=np.int64) for a in (rows, cols, keys))
-    sort_keys = [keys, rows] if vals is None else [np.asarray(vals, np.float32), keys, rows]
-    order = np.lexsort(sort_keys)
-    rows, cols = rows[order], cols[order]
-    vals = None if vals is None else np.asarray(vals, np.float32)[order]
+    vals = None if vals is None else np.asarray(vals, dtype=np.float32)
+    counts = np.bincount(rows, minlength=num_rows).astype(np.int64)
+    by_row = np.argsort(rows, kind="stable")
+    indptr = np.zeros(num_rows + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
     remote = np.zeros(num_rows, dtype=bool)
     remote[rows[cols >= num_local]] = True
+    keeps = (np.flatnonzero(~remote), np.flatnonzero(remote))
+    widths = (num_local, num_cols)
+    out_cols, out_vals, offsets = [], [], [0, 0]
+    for keep, width in zip(keeps, widths, strict=True):
+        size = int(counts[keep].sum())
+        out_cols.append(np.empty(size, dtype=np.int32 if width < 2**31 else np.int64))
+        out_vals.append(None if vals is None else np.empty(size, dtype=np.float32))
+    bounds = _row_chunks(indptr, SORT_CHUNK)
+    for r0, r1 in zip(bounds[:-1], bounds[1:], strict=True):
+        idx = by_row[indptr[r0] : indptr[r1]]
+        row = rows[idx]
+        sort_keys = [keys[idx], row] if vals is None else [vals[idx], keys[idx], row]
+        idx = idx[np.lexsort(sort_keys)]
+        side = remote[rows[idx]]
+        for k, mask in enumerate((~side, side)):
+            picked = idx[mask]
+            o = offsets[k]
+            out_cols[k][o : o + picked.size] = cols[picked]
+            if vals is not None:
+                out_vals[k][o : o + picked.size] = vals[picked]
+            offsets[k] = o + picked.size
     split = []
-    for mask, width in ((~remote, num_local), (remote, num_cols)):
-        keep = np.flatnonzero(mask)
-        entries = mask[rows]
+    for keep, width, c, v in zip(keeps, widths, out_cols, out_vals, strict=True):
+        ptr = np.zeros(keep.size + 1, dtype=np.int64)
+        np.cumsum(counts[keep], out=ptr[1:])
         split.append(
-            _compact(
-                rows[entries],
-                cols[entries],
-                None if vals is None else vals[entries],
-                keep,
-                width,
-            )
+            (torch.from_numpy(keep.astype(np.int64)), CSRMatrix(ptr, c, v, num_cols=width))
         )
     (interior_rows, interior), (boundary_rows, boundary) = split
     return RowSplit(num_rows, interior_rows, interior, boundary_rows, boundary, num_local)
@@ -173,6 +190,7 @@ def forward_split(
     ch = ch + n
     rows, cols = np.concatenate([ri, rh]), np.concatenate([ci, ch])
     vals = _values([vi, vh], [ri.size, rh.size])
+    del ri, ci, vi, rh, ch, vh  # the concatenated copies are what the sort reads
     split = ordered_split(rows, cols, vals, gids[cols], n, n, n + num_halo)
     return split.to(inner.device)
 
@@ -292,6 +310,7 @@ def reverse_plan(
     cols = np.concatenate([ri, c_remote])
     vals = _values([vi, got[:, 2].astype(np.float32)], [ri.size, j_remote.size])
     keys = np.concatenate([gids[ri], got[:, 3].astype(np.int64)])
+    del ri, ci, vi, rh, ch, vh, got, records, j_remote, c_remote  # the sort reads the copies
     split = ordered_split(rows, cols, vals, keys, n, n, n + int(rev_off[-1]))
     largest = float(max(int(counts.sum()), int(rev_recv.sum())))
     agreed = comm.allreduce_(torch.tensor([largest], dtype=torch.float64), "max", tag="setup")
