@@ -60,8 +60,9 @@ gradients, so predict's peak lies below the training peak of the same model and 
 Covered: every layer kind whose :attr:`~fullgraph.models.layers.GraphLayer.replay` family has a
 replay (:data:`REPLAYS`): ``--model gcn``, ``sage``, ``gin``, ``graphconv``
 (:mod:`fullgraph.memory.linear`), ``gat`` (:mod:`fullgraph.memory.gat`) and ``sage`` /
-``graphconv`` with ``--aggr max`` (:mod:`fullgraph.memory.max_aggr`), with ``--norm`` and
-``--residual``, dense input features (:func:`check_modelled` says what is not).
+``graphconv`` with ``--aggr max`` (:mod:`fullgraph.memory.max_aggr`), ``mlp`` and ``appnp``
+with its propagation steps (:mod:`fullgraph.memory.rows`), with ``--norm`` and ``--residual``,
+dense input features (:func:`check_modelled` says what is not).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from fullgraph.memory.ledger import TERMS, Ledger
 from fullgraph.memory.linear import LinearRank
 from fullgraph.memory.max_aggr import MaxRank
 from fullgraph.memory.replay import RankReplay, parameter_count, widths
+from fullgraph.memory.rows import RowRank
 from fullgraph.memory.shapes import GraphShape, PartShape
 from fullgraph.models.layers import joined, kinds_with, layer_class, layer_kinds
 from fullgraph.training.config import TrainConfig
@@ -121,7 +123,12 @@ class Prediction:
 
 
 #: The replay of every family of layer kinds (:attr:`~fullgraph.models.layers.GraphLayer.replay`).
-REPLAYS: dict[str, type[RankReplay]] = {"linear": LinearRank, "attention": GATRank, "max": MaxRank}
+REPLAYS: dict[str, type[RankReplay]] = {
+    "linear": LinearRank,
+    "attention": GATRank,
+    "max": MaxRank,
+    "rows": RowRank,
+}
 
 
 def check_modelled(cfg: TrainConfig) -> None:

@@ -5,7 +5,8 @@ layers. :class:`RankReplay` holds what every stack shares (the exchanges, the st
 evaluation, predict's writes); the layers and the set-up of their operator are a replay family's
 (a layer kind's :attr:`~fullgraph.models.layers.GraphLayer.replay`): ``linear``
 (:mod:`fullgraph.memory.linear`: GCN, SAGE, GIN, GraphConv), ``attention``
-(:mod:`fullgraph.memory.gat`) and ``max`` (:mod:`fullgraph.memory.max_aggr`)."""
+(:mod:`fullgraph.memory.gat`), ``max`` (:mod:`fullgraph.memory.max_aggr`) and ``rows``
+(:mod:`fullgraph.memory.rows`: MLP, APPNP)."""
 
 from __future__ import annotations
 

@@ -153,8 +153,9 @@ def _normalize_rows(x: torch.Tensor, comm: Communicator) -> torch.Tensor:
 def needs_structure(kind: str, options: LayerOptions | None = None) -> bool:
     """Whether layer kind ``kind`` (with ``options``) reads the edges itself (attention, the
     maximum over neighbours): it then reads the part's edge structure and the global ids of its
-    halo, not only the operator."""
-    return not layer_class(kind).variant(options).precomputable
+    halo, not only the operator (:attr:`~fullgraph.models.layers.GraphLayer.reads_edges`)."""
+    cls = layer_class(kind).variant(options)
+    return not cls.precomputable if cls.reads_edges is None else cls.reads_edges
 
 
 def rank_context(

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import (
+    APPNP,
     MLP,
     BatchNorm,
     GATConv,
@@ -53,16 +54,20 @@ ExportState = TypedDict(
 
 
 class FullgraphGNN(torch.nn.Module):
-    """A GCN / GraphSAGE / GAT / GIN stack of PyG layers, as ``fullgraph train`` builds it.
+    """A GCN / GraphSAGE / GAT / GIN / MLP / APPNP stack of PyG layers, as ``fullgraph train``
+    builds it.
 
-    Layer ``i``: ``h = conv(drop(x), edge_index) + res(drop(x))``; then, but for the last
-    layer, ``x = relu(norm(h))``. ``res`` (``residual=True``) is the identity where the widths
-    match, else a ``Linear`` without bias. Dropout acts in training only.
+    Layer ``i``: ``h = conv(drop(x), edge_index) + res(drop(x))`` (``mlp``, ``appnp``: a
+    ``Linear``, ``conv(drop(x))``; ``appnp``'s last layer then ``APPNP(hops, alpha)`` of it,
+    before the residual); then, but for the last layer, ``x = relu(norm(h))``. ``res``
+    (``residual=True``) is the identity where the widths match, else a ``Linear`` without
+    bias. Dropout acts in training only.
 
     Args:
         kind: ``gcn`` (``GCNConv``), ``sage`` (``SAGEConv(aggr=aggr)``), ``gat``
             (``GATConv``), ``gin`` (``GINConv`` of ``MLP([in, out, out])``, ``train_eps``) or
-            ``graphconv`` (``GraphConv(aggr=aggr)``).
+            ``graphconv`` (``GraphConv(aggr=aggr)``), ``mlp`` (``Linear``) or ``appnp``
+            (``Linear`` layers, then ``APPNP(hops, alpha)``).
         in_channels: input features.
         hidden_channels: hidden width (per head for ``gat``).
         out_channels: classes.
@@ -77,6 +82,8 @@ class FullgraphGNN(torch.nn.Module):
         attention_dropout: ``gat``: drop probability of the attention coefficients.
         aggr: ``sage`` / ``graphconv``: ``mean``, ``sum`` or ``max`` (``None``: ``mean`` for
             ``sage``, ``sum`` for ``graphconv``).
+        hops: ``appnp``: propagation steps ``K``.
+        alpha: ``appnp``: teleport probability.
     """
 
     def __init__(
@@ -94,10 +101,13 @@ class FullgraphGNN(torch.nn.Module):
         input_dropout: float = 0.0,
         attention_dropout: float = 0.0,
         aggr: str | None = None,
+        hops: int = 10,
+        alpha: float = 0.1,
     ) -> None:
         super().__init__()
-        if kind not in ("gcn", "sage", "gat", "gin", "graphconv"):
-            raise ValueError(f"kind must be gcn, sage, gat, gin or graphconv, not {kind!r}")
+        kinds = ("gcn", "sage", "gat", "gin", "graphconv", "mlp", "appnp")
+        if kind not in kinds:
+            raise ValueError(f"kind must be one of {', '.join(kinds)}, not {kind!r}")
         if norm not in (None, "batch_norm", "layer_norm"):
             raise ValueError(f"norm must be None, 'batch_norm' or 'layer_norm', not {norm!r}")
         self.kind, self.residual = kind, residual
@@ -105,6 +115,8 @@ class FullgraphGNN(torch.nn.Module):
         self.convs = torch.nn.ModuleList()
         self.norms = torch.nn.ModuleList()
         self.residuals = torch.nn.ModuleList()
+        self.rows = kind in ("mlp", "appnp")  # per-row layers: no edge_index
+        self.propagation = APPNP(hops, alpha) if kind == "appnp" else None
         width = in_channels
         for i in range(num_layers):
             last = i == num_layers - 1
@@ -118,6 +130,8 @@ class FullgraphGNN(torch.nn.Module):
             elif kind == "gin":
                 mlp = MLP([width, out, out], norm=None)
                 conv, width_out = GINConv(mlp, train_eps=True), out
+            elif self.rows:
+                conv, width_out = Linear(width, out), out
             else:
                 n = output_heads if last else heads
                 conv = GATConv(width, out, heads=n, concat=not last, dropout=attention_dropout)
@@ -142,10 +156,13 @@ class FullgraphGNN(torch.nn.Module):
         for i, conv in enumerate(self.convs):
             p = self.input_dropout if i == 0 else self.dropout
             x = F.dropout(x, p=p, training=self.training)
-            h = conv(x, edge_index)
+            last = i == len(self.convs) - 1
+            h = conv(x) if self.rows else conv(x, edge_index)
+            if last and self.propagation is not None:
+                h = self.propagation(h, edge_index)
             if self.residual:
                 h = h + self.residuals[i](x)
-            if i < len(self.convs) - 1:
+            if not last:
                 h = self.norms[i](h).relu()
             x = h
         return x
@@ -176,6 +193,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import (
+    APPNP,
     MLP,
     BatchNorm,
     GATConv,
@@ -208,6 +226,8 @@ def _summary(state: ExportState) -> str:
         words.append(f"hidden {a['hidden_channels']}")
     if "heads" in kind.accepts:
         words.append(f"heads {a['heads']}, output heads {a['output_heads']}")
+    if "hops" in a:
+        words.append(f"K {a['hops']}, alpha {a['alpha']:g}")
     if a["norm"]:
         words.append(a["norm"].replace("_", " "))
     if a["residual"]:

@@ -8,8 +8,10 @@ The model file of ``fullgraph train`` (:mod:`fullgraph.training.model_file`) bec
 - ``layers.i`` of a kind -> the kind's PyG layer (its
   :attr:`~fullgraph.models.layers.GraphLayer.pyg`: ``GCNConv``, ``SAGEConv(aggr)``,
   ``GraphConv(aggr)``, ``GATConv(heads, concat)``, ``GINConv(MLP([in, out, out]),
-  train_eps=True)``), its parameters under the kind's ``keys`` (``convs.i.lin_l.weight`` <-
-  our ``layers.i.lin.weight``, ...);
+  train_eps=True)``, ``Linear`` for ``mlp`` and ``appnp``), its parameters under the kind's
+  ``keys`` (``convs.i.lin_l.weight`` <- our ``layers.i.lin.weight``, ...);
+- ``appnp``'s propagation -> ``APPNP(K, alpha)`` after the last ``Linear`` (no parameters;
+  ``K`` and ``alpha`` are the init args ``hops`` and ``alpha``);
 - ``norms.i`` batch -> ``BatchNorm(width)``, evaluated with its running statistics:
   ``norms.i.module.weight`` / ``bias`` / ``running_mean`` / ``running_var`` /
   ``num_batches_tracked``;
@@ -20,7 +22,8 @@ The model file of ``fullgraph train`` (:mod:`fullgraph.training.model_file`) bec
 ``convs`` and ``norms`` are the names of PyG's own ``BasicGNN`` models, so a model without
 residual connections (and, for GAT, with as many heads in the last layer as in the others)
 also loads into ``torch_geometric.nn.models.GCN`` / ``GraphSAGE`` / ``GAT`` (GIN: also without
-``--norm``, which PyG's ``GIN`` puts inside every MLP; GraphConv has no such model): the export
+``--norm``, which PyG's ``GIN`` puts inside every MLP; GraphConv has no such model, nor MLP and
+APPNP under these names: PyG's ``MLP`` names its layers ``lins``): the export
 records their constructor arguments (``pyg_model``).
 
 Two outputs (see ``docs/export.md``):
@@ -57,6 +60,7 @@ from fullgraph.atomic import (
 from fullgraph.errors import ConfigError
 from fullgraph.models.gnn import GNN
 from fullgraph.models.layers import PygExport, kinds_with, layer_class
+from fullgraph.models.layers.appnp import propagation_steps
 from fullgraph.run.nesting import check_not_inside_output
 from fullgraph.run.torch_file import encode_torch_file, not_of_kinds
 from fullgraph.training.export_module import (
@@ -108,7 +112,7 @@ def init_args(mf: ModelFile) -> InitArgs:
             f"--model {mf.path}: a {cfg.model} trained with {' and '.join(refused)} cannot be "
             f"exported to PyG yet (its {spec.conv} would differ from the trained layer)"
         )
-    return {
+    args: InitArgs = {
         "kind": cfg.model,
         "in_channels": int(mf.num_features),
         "hidden_channels": int(cfg.hidden),
@@ -123,6 +127,9 @@ def init_args(mf: ModelFile) -> InitArgs:
         "attention_dropout": float(opts.attention_dropout),
         "aggr": getattr(cfg.layer_kind(), "aggr", None),
     }
+    if cfg.model == "appnp":  # the propagation after the MLP (PyG's APPNP(K, alpha))
+        args["hops"], args["alpha"] = propagation_steps(opts)
+    return args
 
 
 def pyg_state_dict(model: GNN) -> dict[str, Tensor]:

@@ -1,8 +1,10 @@
 """``fullgraph export --to pyg``: the trained model as a plain PyG model, and PyG models trained
 with ``fullgraph.pyg``, whose ``state_dict`` is already PyG's.
 
-- Every configuration (gcn, sage, gat with 2 hidden heads and 1 output head, gin, and two each
-  of sage with ``--aggr max`` and graphconv with ``--aggr max`` / ``mean``; 1 to 3 layers;
+- Every configuration (gcn, sage, gat with 2 hidden heads and 1 output head, gin, mlp, appnp
+  with K = 3 and alpha = 0.2 (its ``Linear`` layers, then PyG's ``APPNP``; and once with the
+  defaults K = 10, alpha = 0.1), and two each of sage with ``--aggr max`` and graphconv with
+  ``--aggr max`` / ``mean``; 1 to 3 layers;
   batch norm, layer norm, residual connections with width changes; a symmetric graph with
   isolated nodes and a hub, and a directed one) exported to ``OUT.py`` and ``OUT.pt``: the
   module imported from its path, ``load_model()``, the class rebuilt from ``OUT.pt``, and PyG's
@@ -71,6 +73,8 @@ for _kind, _extra in (
     ("sage", {"aggr": "max"}),
     ("graphconv", {"aggr": "max"}),
     ("graphconv", {"aggr": "mean"}),
+    ("mlp", {}),
+    ("appnp", {"hops": 3, "alpha": 0.2}),
 ):
     for _name, _fields in (
         ("L1", {"layers": 1}),
@@ -93,6 +97,8 @@ CONFIGS["gat-L2-batch-heads2-out2"] = {
     "layers": 2,
     "norm": "batch",
 }
+#: APPNP with the paper's K = 10 and alpha = 0.1 (the defaults)
+CONFIGS["appnp-L2-default"] = {"model": "appnp", "layers": 2}
 #: (configuration id, graph): every configuration on the symmetric graph, two per kind on the
 #: directed one
 CASES = [(c, "symmetric") for c in CONFIGS] + [
@@ -223,7 +229,8 @@ def test_exported_model_gives_our_logits(
         same_heads = cfg.layers == 1 or cfg.heads == cfg.output_heads
         expect_basic = not cfg.residual and (cfg.model != "gat" or same_heads)
         expect_basic = expect_basic and not (cfg.model == "gin" and cfg.norm != "none")
-        expect_basic = expect_basic and cfg.model != "graphconv"  # PyG has no GraphConv model
+        # PyG has no GraphConv model, nor an MLP or APPNP whose layers are ``convs``
+        expect_basic = expect_basic and cfg.model not in ("graphconv", "mlp", "appnp")
         assert (spec is not None) == expect_basic, spec
         if spec is not None:  # PyG's own model, no code of ours
             import torch_geometric.nn.models as pyg_models

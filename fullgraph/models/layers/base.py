@@ -125,6 +125,8 @@ class GraphLayer(nn.Module):
             not (``fullgraph plan`` refuses the kind).
         self_loops: the operator adds a self-loop to every row (GCN; the memory model replays
             the loops, the normalisation and the sort by column they need).
+        reads_edges: the stack reads the part's edges itself (``ctx.structure``: attention,
+            the maximum over neighbours); ``None``: exactly when not :attr:`precomputable`.
     """
 
     kind: ClassVar[str] = ""
@@ -137,6 +139,7 @@ class GraphLayer(nn.Module):
     pyg: ClassVar[PygExport | None] = None
     replay: ClassVar[str | None] = None
     self_loops: ClassVar[bool] = False
+    reads_edges: ClassVar[bool | None] = None
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
