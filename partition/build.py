@@ -48,6 +48,9 @@ from fullgraph.resources import StageTimer
 CHUNK_ELEMENTS = 1 << 24
 
 _PART_DIR = re.compile(r"part-\d+")
+#: The folder of SGC's and SIGN's hops kept with the partition
+#: (:mod:`fullgraph.propagation.cache`); replaced with the partition.
+PRECOMPUTE_DIR = "precompute"
 
 
 def _not_a_partition(path: Path) -> str | None:
@@ -56,7 +59,8 @@ def _not_a_partition(path: Path) -> str | None:
 
     Ours: a ``meta.json`` with the partition format's fields (``format_version``,
     ``num_parts``, ``files``; any version) and ``part-<r>/`` directories of ``.npy`` files that
-    ``meta.json`` lists (or that the format names), nothing else.
+    ``meta.json`` lists (or that the format names), and the hops training precomputed on it
+    (:data:`PRECOMPUTE_DIR`), nothing else.
     """
     if not path.is_dir():
         return "it is a file" if path.is_file() else "it is not a directory"
@@ -77,6 +81,8 @@ def _not_a_partition(path: Path) -> str | None:
                 )
                 if not (listed and is_plain_file(f)):
                     unexpected.append(f)
+            continue
+        if entry.name == PRECOMPUTE_DIR and is_plain_dir(entry):
             continue
         unexpected.append(entry)
     reason = holds(path, unexpected)

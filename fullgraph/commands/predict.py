@@ -277,8 +277,16 @@ class PredictCommand(Command):
             warnings = self._memory_check(GraphShape.from_part(part, self.data.label), 1)
         for line in warnings:
             print(f"fullgraph predict: {line}", file=sys.stderr, flush=True)
+        from fullgraph.propagation.cache import HopCache
+
+        hop_cache = HopCache.of_run(  # sgc's and sign's hops: those training kept, if any
+            self.parts.root if self.parts is not None else None,
+            force=opts.force,
+            verify=not self.data.no_verify,
+            quiet=opts.quiet,
+        )
         with phase("model set-up"):
-            predictor = Predictor(part, comm, mf, job.device, self.precision)
+            predictor = Predictor(part, comm, mf, job.device, self.precision, hop_cache=hop_cache)
         del part  # the predictor holds what it runs on
         files = predictor.files(opts.embeddings, opts.logits)
         quiet = opts.quiet

@@ -127,6 +127,14 @@ class TrainCommand(Command):
         for line in plan_lines:  # a warning before the model is built (--memory-check warn)
             if line.startswith("warning:"):
                 print(f"fullgraph train: {line}", file=sys.stderr, flush=True)
+        from fullgraph.propagation.cache import HopCache
+
+        hop_cache = HopCache.of_run(  # sgc's and sign's hops: kept with --parts
+            self.parts.root if self.parts is not None else None,
+            force=job.run.force,
+            verify=not data.no_verify,
+            quiet=job.run.quiet,
+        )
         with phase("model set-up"):
             trainer = Trainer(
                 part,
@@ -136,6 +144,7 @@ class TrainCommand(Command):
                 checkpoints=job.checkpoints,
                 device=job.device,
                 precision=self.precision,
+                hop_cache=hop_cache,
             )
         trainer.data_label = data.label
         partition_hash = part.partition_hash

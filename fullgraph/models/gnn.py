@@ -10,7 +10,9 @@ first: dropout and the product then touch only the stored entries.
 Dropout precedes every layer (``input_dropout`` before the first, ``dropout`` before the others)
 with masks from :func:`fullgraph.models.dropout.hashed_dropout`. When the first layer has no
 dropout its aggregation of the static features can be computed once (``Â X`` or ``mean(X)``):
-exact, and it removes the widest exchange.
+exact, and it removes the widest exchange. SGC's and SIGN's first layer always reads such a
+precomputation, the hops of the features (:attr:`~fullgraph.models.layers.GraphLayer.hop_input`),
+and their input dropout drops the hops' values.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ class GNN(nn.Module):
         width_in = in_dim
         for i in range(num_layers):
             last = i == num_layers - 1
-            lay = layer.build(width_in, out_dim if last else hidden, last=last, options=options)
+            build = layer.build_first if i == 0 else layer.build  # SIGN's inception first
+            lay = build(width_in, out_dim if last else hidden, last=last, options=options)
             self.layers.append(lay)
             if residual:
                 same = width_in == lay.out_dim
@@ -137,13 +140,16 @@ class GNN(nn.Module):
             p = self.input_dropout if i == 0 else self.dropout
             precomputed = ctx.first_aggregate if i == 0 else None
             if precomputed is not None and training and p > 0:
-                raise ConfigError(
-                    "the first aggregation is precomputed, so input dropout must be 0"
-                )
+                if layer.hop_input is None:
+                    raise ConfigError(
+                        "the first aggregation is precomputed, so input dropout must be 0"
+                    )
+                # SGC's and SIGN's hops: the input dropout drops the hops' values
+                precomputed = hashed_dropout(precomputed, ctx.global_ids, p, ctx.seed, epoch, 0)
             rebuild = None
             if i == 0 and precomputed is None and ctx.sparse_x is not None:
                 h = _sparse_input(ctx, p if training else 0.0, epoch, x.shape[1])
-            elif i == 0 and training and p > 0:
+            elif i == 0 and training and p > 0 and (layer.hop_input is None or len(self.residuals)):
                 h = hashed_dropout(h, ctx.global_ids, p, ctx.seed, epoch, i)
                 if not x.requires_grad:  # a constant: the layer may recompute it
                     rebuild = functools.partial(

@@ -11,7 +11,9 @@ weigh edges themselves); ``fullgraph train`` (:func:`assemble_rank`) and ``fullg
 feature, label and mask tensors on the device, the aggregation operator of the model's layer kind
 split into inner and halo columns, the halo exchange plan (with its buffer limit and halo
 compression), the precomputed first aggregation and the sparse form of the input when they
-apply. The trainer only reads the result.
+apply; for SGC and SIGN the hops of the features instead
+(:func:`~fullgraph.propagation.features.hop_features`, read from the partition's cache when
+kept there). The trainer only reads the result.
 
 The part can be one of a job's parts (:class:`fullgraph.partition.Partition`) or a whole graph
 (:func:`fullgraph.partition.whole_graph_part`): one process runs the very code the ranks run.
@@ -38,6 +40,9 @@ from fullgraph.models.layers import LayerOptions, layer_class
 from fullgraph.models.local_graph import as_tensor, local_csr
 from fullgraph.partition import Partition
 from fullgraph.precision import Precision
+from fullgraph.propagation.cache import HopCache
+from fullgraph.propagation.features import HopSpec, hop_features
+from fullgraph.propagation.operators import split_columns
 from fullgraph.training.config import TrainConfig, TrainData
 
 
@@ -54,20 +59,6 @@ def part_tensors(part: Partition) -> dict[str, torch.Tensor]:
         "val": as_tensor(part.val_mask, np.bool_),
         "test": as_tensor(part.test_mask, np.bool_),
     }
-
-
-def _split_columns(a: CSRMatrix, num_inner: int) -> SplitOperator:
-    """Split ``a`` (rows = inner, columns = inner + halo) into its inner and halo blocks.
-
-    Both blocks keep every row's entries in ascending column order.
-    """
-    a = a.sorted_by_column()
-    index_dtype = torch.int32 if a.num_cols < 2**31 else torch.int64
-    inner = a.select_columns(torch.arange(num_inner)).with_indices(index_dtype)
-    if a.num_cols == num_inner:
-        return SplitOperator(inner, None)
-    halo = a.select_columns(torch.arange(num_inner, a.num_cols)).with_indices(index_dtype)
-    return SplitOperator(inner, halo)
 
 
 def build_operator(
@@ -90,7 +81,7 @@ def build_operator(
     """
     options = options or LayerOptions()
     a = layer_class(model).variant(options).operator(part, options)
-    return _split_columns(a, int(part.num_inner))
+    return split_columns(a, int(part.num_inner))
 
 
 def check_edge_weights(part: Partition, wanted_by: str, data: TrainData) -> None:
@@ -215,6 +206,8 @@ def assemble_rank(
     config: TrainConfig,
     device: torch.device | str = "cpu",
     precision: Precision | None = None,
+    *,
+    hop_cache: HopCache | None = None,
 ) -> RankGraph:
     """Build everything rank ``comm.rank`` trains on (a collective: every rank calls it).
 
@@ -225,6 +218,9 @@ def assemble_rank(
         device: where tensors live.
         precision: the resolved policy (default: ``config.precision``'s, which must then be
             resolved: ``32`` or ``bf16-mixed``).
+        hop_cache: where SGC's and SIGN's hops are kept
+            (:class:`~fullgraph.propagation.cache.HopCache`; the commands give the
+            partition's); ``None``: computed, nothing kept or printed.
 
     Returns:
         The :class:`RankGraph`.
@@ -266,7 +262,25 @@ def assemble_rank(
     if config.prune == "auto" and kind.prunable and config.norm != "batch":
         ctx.train_graphs = prune_layers(ctx.op, plan, data["train"], config.layers)
     pre = config.precompute_first
-    if pre == "on" and not kind.precomputable:
+    if kind.hop_input is not None:  # SGC, SIGN: the hops of the features, once (or cached)
+        if pre == "off":
+            raise ConfigError(
+                f"--precompute-first off: --model {config.model} reads the hops of its "
+                f"features, computed once; drop --precompute-first"
+            )
+        propagation, hops, alpha = kind.hop_options(options)
+        spec = HopSpec(propagation, hops, alpha, kind.hop_input)
+        feats = hop_features(
+            part,
+            data["x"],
+            plan,
+            spec,
+            cache=hop_cache,
+            normalize_features=config.normalize_features,
+        )
+        ctx.first_aggregate = plan.rows_in(feats)  # bf16-mixed: bfloat16, as the others
+        del feats
+    elif pre == "on" and not kind.precomputable:
         aggr = f" --aggr {config.aggr}" if config.aggr else ""
         raise ConfigError(f"--precompute-first on: --model {config.model}{aggr} cannot precompute")
     if kind.precomputable and (

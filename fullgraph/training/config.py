@@ -191,7 +191,10 @@ class TrainConfig(InputDropoutConfig, Config):
     hops: int | None = option(
         None,
         "propagation steps: appnp's K steps of personalised PageRank after its MLP, or the "
-        f"hops A^k X sgc and sign precompute (at most {MAX_HOPS}; default: the kind's)",
+        f"hops A^k X sgc and sign precompute (at most {MAX_HOPS}; default: the kind's: sgc 2, "
+        "sign 3); sgc's and sign's are kept in --parts DIR/precompute/ for later runs and "
+        "predict (recomputed with --force); a whole graph (--dataset, --synthetic) computes "
+        "them every run",
         check=_check_hops,
         metavar="K",
     )
@@ -203,7 +206,8 @@ class TrainConfig(InputDropoutConfig, Config):
     )
     propagation: str | None = option(
         None,
-        "operator of the precomputed hops (sgc, sign): gcn = D^-1/2 (A + I) D^-1/2 (default), "
+        "operator of the precomputed hops (sgc, sign): gcn = D^-1/2 (A + I) D^-1/2 (sgc's "
+        "default), sym = D^-1/2 A D^-1/2 without self-loops (sign's default, PyG's SIGN), "
         "mean = the neighbour mean, ppr = personalised-PageRank diffusion on gcn's",
         check=_check_propagation,
         metavar="{" + ",".join(PROPAGATIONS) + "}",

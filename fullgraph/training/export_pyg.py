@@ -84,12 +84,18 @@ def exported(kind: str) -> PygExport:
     """The PyG export of layer kind ``kind`` (:attr:`~fullgraph.models.layers.GraphLayer.pyg`).
 
     Raises:
-        ConfigError: the kind has no PyG layer (the kinds that have one are listed).
+        ConfigError: the kind has no PyG layer (why, when the kind says:
+            :attr:`~fullgraph.models.layers.GraphLayer.export_note`; the kinds that have one
+            are listed).
     """
-    spec = layer_class(kind).pyg
+    cls = layer_class(kind)
+    spec = cls.pyg
     if spec is None:
         kinds = ", ".join(kinds_with(lambda c: c.pyg is not None))
-        raise ConfigError(f"layer kind {kind!r} has no PyG layer to export to (exported: {kinds})")
+        why = f": {cls.export_note}" if cls.export_note else ""
+        raise ConfigError(
+            f"layer kind {kind!r} has no PyG layer to export to{why} (exported: {kinds})"
+        )
     return spec
 
 

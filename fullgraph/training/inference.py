@@ -43,6 +43,7 @@ from fullgraph.distributed.communicator import Communicator
 from fullgraph.errors import ConfigError, DataError, OutputError
 from fullgraph.partition import Partition
 from fullgraph.precision import Precision
+from fullgraph.propagation.cache import HopCache
 from fullgraph.run.metrics import split_metrics
 from fullgraph.run.prediction_dir import (  # noqa: F401  (the format, re-exported)
     FORMAT,
@@ -329,6 +330,8 @@ class Predictor:
         model: the model file.
         device: where tensors live.
         precision: the resolved policy, or ``None``: the model's.
+        hop_cache: where SGC's and SIGN's precomputed hops are kept (``fullgraph predict``'s:
+            the partition's); ``None``: computed, nothing kept.
 
     Attributes:
         model: the trained :class:`~fullgraph.models.gnn.GNN`, in evaluation mode.
@@ -343,12 +346,13 @@ class Predictor:
         model: ModelFile,
         device: torch.device | str = "cpu",
         precision: Precision | None = None,
+        hop_cache: HopCache | None = None,
     ) -> None:
         self.comm, self.device, self.file = comm, torch.device(device), model
         config = inference_config(model.config)
         if precision is not None:  # else the model's (``fullgraph predict --precision``)
             config = replace(config, precision=precision.name)
-        rank = assemble_rank(part, comm, config, self.device, precision)
+        rank = assemble_rank(part, comm, config, self.device, precision, hop_cache=hop_cache)
         self.data, self.ctx = rank.data, rank.ctx
         self.model = model.build().to(self.device)
         #: the summary's metric (:func:`model_metric`)

@@ -26,6 +26,7 @@ from fullgraph.metrics import resolve_metric
 from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
 from fullgraph.partition import Partition
 from fullgraph.precision import Precision, resolve_precision
+from fullgraph.propagation.cache import HopCache
 from fullgraph.run.checkpoint import CheckpointDir
 from fullgraph.run.epochs import (
     EpochLoop,
@@ -89,6 +90,8 @@ class Trainer(EpochLoop):
         device: where tensors live (checked against the transport).
         precision: the resolved precision policy (the command line's); by default
             ``config.precision`` resolved here on ``device`` (a Python caller).
+        hop_cache: where SGC's and SIGN's precomputed hops are kept (the command line's:
+            the partition's); ``None``: computed, nothing kept.
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class Trainer(EpochLoop):
         checkpoints: CheckpointDir | None = None,
         device: torch.device | str = "cpu",
         precision: Precision | None = None,
+        hop_cache: HopCache | None = None,
     ) -> None:
         super().__init__()
         if comm.size != part.num_parts or comm.rank != part.rank:
@@ -122,7 +126,7 @@ class Trainer(EpochLoop):
         self.run = run or RunOptions()
         self.epochs, self.eval_every, self.quiet = config.epochs, config.eval_every, self.run.quiet
         self.metric = _resolve_metric(config.metric, part.meta.get("dataset"), part.num_classes)
-        rank_graph = assemble_rank(part, comm, config, self.device, precision)
+        rank_graph = assemble_rank(part, comm, config, self.device, precision, hop_cache=hop_cache)
         self.data, self.ctx = rank_graph.data, rank_graph.ctx
         if config.sums == "rank-order":  # asked for: no note, the help says what it gives
             self.ctx.blocks = None

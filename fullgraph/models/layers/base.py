@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 #: The operators of ``--propagation`` (the hops of SGC and SIGN): ``gcn`` = ``D^-1/2 (A + I)
 #: D^-1/2``, ``mean`` = the mean over incoming neighbours, ``ppr`` = personalised-PageRank
-#: diffusion ``X_k = (1 - alpha) Â X_(k-1) + alpha X`` on the ``gcn`` operator.
-PROPAGATIONS = ("gcn", "mean", "ppr")
+#: diffusion ``X_k = (1 - alpha) Â X_(k-1) + alpha X`` on the ``gcn`` operator, ``sym`` =
+#: ``D^-1/2 A D^-1/2`` without self-loops (PyG's ``transforms.SIGN``).
+PROPAGATIONS = ("gcn", "mean", "ppr", "sym")
 
 #: Registered layer kinds by name.
 LAYERS: dict[str, type[GraphLayer]] = {}
@@ -125,6 +126,12 @@ class GraphLayer(nn.Module):
             not (``fullgraph plan`` refuses the kind).
         self_loops: the operator adds a self-loop to every row (GCN; the memory model replays
             the loops, the normalisation and the sort by column they need).
+        hop_input: the first layer reads precomputed hops of the input features instead of
+            aggregating (``last``: ``A^K X`` alone, SGC; ``all``: ``[X, A X, ..., A^K X]``
+            side by side, SIGN; :meth:`hop_options` says which), computed once by
+            :mod:`fullgraph.propagation` or read from the partition's cache; the input
+            dropout applies to them. ``None``: it does not.
+        export_note: why the kind has no PyG export (``pyg`` is ``None``), for the refusal.
         reads_edges: the stack reads the part's edges itself (``ctx.structure``: attention,
             the maximum over neighbours); ``None``: exactly when not :attr:`precomputable`.
     """
@@ -139,6 +146,8 @@ class GraphLayer(nn.Module):
     pyg: ClassVar[PygExport | None] = None
     replay: ClassVar[str | None] = None
     self_loops: ClassVar[bool] = False
+    hop_input: ClassVar[str | None] = None
+    export_note: ClassVar[str] = ""
     reads_edges: ClassVar[bool | None] = None
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
@@ -156,6 +165,19 @@ class GraphLayer(nn.Module):
             options: per-kind options.
         """
         return cls(in_dim, width)
+
+    @classmethod
+    def build_first(
+        cls, in_dim: int, width: int, *, last: bool, options: LayerOptions
+    ) -> GraphLayer:
+        """The first layer of a stack (default: :meth:`build`; SIGN's inception layer)."""
+        return cls.build(in_dim, width, last=last, options=options)
+
+    @classmethod
+    def hop_options(cls, options: LayerOptions) -> tuple[str, int, float | None]:
+        """``(propagation, K, alpha)`` of the hops a :attr:`hop_input` kind reads under
+        ``options``, its defaults resolved (``alpha`` ``None`` but for ``ppr``)."""
+        raise NotImplementedError(f"--model {cls.kind} reads no precomputed hops")
 
     @classmethod
     def variant(cls, options: LayerOptions | None) -> type[GraphLayer]:
