@@ -61,7 +61,8 @@ Covered: every layer kind whose :attr:`~fullgraph.models.layers.GraphLayer.repla
 replay (:data:`REPLAYS`): ``--model gcn``, ``sage``, ``gin``, ``graphconv``
 (:mod:`fullgraph.memory.linear`), ``gat`` (:mod:`fullgraph.memory.gat`) and ``sage`` /
 ``graphconv`` with ``--aggr max`` (:mod:`fullgraph.memory.max_aggr`), ``mlp`` and ``appnp``
-with its propagation steps (:mod:`fullgraph.memory.rows`), with ``--norm`` and ``--residual``,
+with its propagation steps (:mod:`fullgraph.memory.rows`), ``sgc`` and ``sign`` with their
+hops' precompute (:mod:`fullgraph.memory.hops`), with ``--norm`` and ``--residual``,
 dense input features (:func:`check_modelled` says what is not).
 """
 
@@ -73,6 +74,7 @@ from typing import TYPE_CHECKING
 
 from fullgraph.errors import ConfigError
 from fullgraph.memory.gat import GATRank
+from fullgraph.memory.hops import HopsRank
 from fullgraph.memory.ledger import TERMS, Ledger
 from fullgraph.memory.linear import LinearRank
 from fullgraph.memory.max_aggr import MaxRank
@@ -128,6 +130,7 @@ REPLAYS: dict[str, type[RankReplay]] = {
     "attention": GATRank,
     "max": MaxRank,
     "rows": RowRank,
+    "hops": HopsRank,
 }
 
 

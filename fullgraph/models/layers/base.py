@@ -126,14 +126,14 @@ class GraphLayer(nn.Module):
             not (``fullgraph plan`` refuses the kind).
         self_loops: the operator adds a self-loop to every row (GCN; the memory model replays
             the loops, the normalisation and the sort by column they need).
+        reads_edges: the stack reads the part's edges itself (``ctx.structure``: attention,
+            the maximum over neighbours); ``None``: exactly when not :attr:`precomputable`.
         hop_input: the first layer reads precomputed hops of the input features instead of
             aggregating (``last``: ``A^K X`` alone, SGC; ``all``: ``[X, A X, ..., A^K X]``
             side by side, SIGN; :meth:`hop_options` says which), computed once by
             :mod:`fullgraph.propagation` or read from the partition's cache; the input
             dropout applies to them. ``None``: it does not.
         export_note: why the kind has no PyG export (``pyg`` is ``None``), for the refusal.
-        reads_edges: the stack reads the part's edges itself (``ctx.structure``: attention,
-            the maximum over neighbours); ``None``: exactly when not :attr:`precomputable`.
     """
 
     kind: ClassVar[str] = ""
@@ -146,9 +146,9 @@ class GraphLayer(nn.Module):
     pyg: ClassVar[PygExport | None] = None
     replay: ClassVar[str | None] = None
     self_loops: ClassVar[bool] = False
+    reads_edges: ClassVar[bool | None] = None
     hop_input: ClassVar[str | None] = None
     export_note: ClassVar[str] = ""
-    reads_edges: ClassVar[bool | None] = None
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
