@@ -4,7 +4,7 @@ definition of the order (rows, then the key, then the value, then the input orde
 chunks smaller than a row, a chunk per row, empty rows, duplicate keys and values, and
 without values.
 
-Enters through :func:`fullgraph.distributed.ordered.ordered_split`.
+Enters through :mod:`fullgraph.distributed.ordered`.
 """
 
 from __future__ import annotations
