@@ -9,7 +9,9 @@ halo exchange, without autograd and in evaluation mode
 size in a temporary sibling of ``OUT``; every rank writes its own rows at their global ids;
 after a barrier rank 0 writes ``predict.json`` and renames the directory into place. The model
 does not depend on the partition: any part count, or one process, predicts the same values.
-docs/predict.md describes the files.
+With ``--correct-smooth`` the logits go through Correct & Smooth
+(:mod:`fullgraph.propagation.correct_smooth`, exact at any part count) and the files hold the
+smoothed predictions and class scores. docs/predict.md describes the files.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from fullgraph.config import Config, check_path, option
 from fullgraph.errors import ConfigError
 from fullgraph.partition import PartitionDir
 from fullgraph.precision import FLOAT32, precision_option
+from fullgraph.propagation.correct_smooth import CorrectSmoothOptions
 from fullgraph.run.command import Command, Job
 from fullgraph.run.nesting import check_not_inside_output
 from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
@@ -126,6 +129,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p,
         ("data (one of)", PredictData, ()),
         ("prediction", PredictOptions, ()),
+        ("correct and smooth", CorrectSmoothOptions, ()),
         ("runtime", RuntimeOptions, ()),
     )
     p.set_defaults(func=PredictCommand.main)
@@ -170,6 +174,7 @@ class PredictCommand(Command):
         self.runtime = RuntimeOptions.from_args(self.args)
         self.data = PredictData.from_args(self.args)
         self.options = PredictOptions.from_args(self.args)
+        self.cs = CorrectSmoothOptions.from_args(self.args)
         self.io = RunOptions(force=self.options.force, quiet=self.options.quiet)
         self.parts: PartitionDir | None = None
         self.model_file: ModelFile | None = None
@@ -182,6 +187,11 @@ class PredictCommand(Command):
         from fullgraph.training.model_file import load_model_file
 
         size, opts = self.launch.size, self.options
+        if self.cs.correct_smooth and opts.logits:
+            raise ConfigError(
+                "--logits writes the model's raw logits, --correct-smooth its smoothed class "
+                "scores (as probabilities.npy): give one of them"
+            )
         if self.data.parts:
             self.parts = PartitionDir.open(self.data.parts)
             self.parts.check_ranks(
@@ -287,6 +297,16 @@ class PredictCommand(Command):
         )
         with phase("model set-up"):
             predictor = Predictor(part, comm, mf, job.device, self.precision, hop_cache=hop_cache)
+        smoother = None
+        params = self.cs.correct_smooth_params()
+        if params is not None:
+            from fullgraph.propagation.correct_smooth import CorrectSmooth
+
+            plan, blocks = predictor.ctx.plan, predictor.ctx.blocks
+            with phase("correct & smooth set-up"):
+                smoother = job.agree(
+                    lambda p=part: CorrectSmooth.of_part(p, plan, params, job.device, blocks)
+                )
         del part  # the predictor holds what it runs on
         files = predictor.files(opts.embeddings, opts.logits)
         quiet = opts.quiet
@@ -299,6 +319,17 @@ class PredictCommand(Command):
                 f"{job.threads} thread(s)/rank",
                 flush=True,
             )
+            if params is not None:
+                print(f"correct & smooth: {_describe(params.to_dict())}", flush=True)
+            elif cfg.correct_smooth:
+                print(
+                    f"fullgraph predict: note: {mf.path} was picked by its Correct & Smooth "
+                    f"validation score (trained with --correct-smooth); these are the model's "
+                    f"own predictions (add --correct-smooth and its parameters for the "
+                    f"smoothed ones)",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
         def progress(k: int, layers: int, seconds: float) -> None:
             if first and not quiet:
@@ -320,7 +351,14 @@ class PredictCommand(Command):
             where = Path(comm.allgather_object(job.agree(begin))[0])
             job.agree(lambda: _check_visible(where, out))
             t0 = time.perf_counter()
-            result = predictor.run(where, opts.embeddings, opts.logits, progress)
+            result = predictor.run(where, opts.embeddings, opts.logits, progress, smoother)
+            if smoother is not None and first and not quiet:
+                took = smoother.seconds
+                print(
+                    f"correct & smooth: correction {took['correct_s']:.2f} s, smoothing "
+                    f"{took['smooth_s']:.2f} s",
+                    flush=True,
+                )
             mine = {
                 "seconds": time.perf_counter() - t0,
                 "layer_seconds": result["layer_seconds"],
@@ -329,10 +367,20 @@ class PredictCommand(Command):
             }
             ranks = comm.allgather_object(mine)  # also the barrier: every rank's rows are synced
             record = self._record(job, predictor, files, result["summary"], ranks)
+            if smoother is not None:
+                record["correct_smooth"] = {
+                    **smoother.params.to_dict(),
+                    **{k: round(v, 4) for k, v in smoother.seconds.items()},
+                    "base_summary": result["base_summary"],
+                    "probabilities": PROBABILITIES_SMOOTHED,
+                }
             if first:
                 atomic_write_json(where / "predict.json", record)
         if first:
             summary = ", ".join(f"{k} {v:.4f}" for k, v in result["summary"].items())
+            if smoother is not None:
+                base = ", ".join(f"{k} {v:.4f}" for k, v in result["base_summary"].items())
+                summary = f"after Correct & Smooth: {summary}; the model alone: {base}"
             peak = max(r["peak_rss_mb"] for r in ranks)
             print(
                 f"predicted {predictor.num_nodes} nodes in {record['seconds']:.2f} s ({summary}); "
@@ -382,7 +430,7 @@ class PredictCommand(Command):
                 "synthetic": data.synthetic,
                 "num_nodes": num_nodes,
             },
-            "command": _command_line(size, data, opts, self.runtime),
+            "command": _command_line(size, data, opts, self.cs, self.runtime),
             "ranks": size,
             "transport": job.comm.transport,
             "device": job.device,
@@ -401,6 +449,25 @@ class PredictCommand(Command):
             "write_s": max(r["write_s"] for r in ranks),
             "peak_rss_mb": [round(r["peak_rss_mb"], 1) for r in ranks],
         }
+
+
+#: What ``probabilities.npy`` holds under ``--correct-smooth`` (``predict.json`` says it).
+PROBABILITIES_SMOOTHED = (
+    "Correct & Smooth's class scores in [0, 1] (rows need not sum to 1; predictions.npy is "
+    "their argmax), not the model's softmax"
+)
+
+
+def _describe(params: dict[str, Any]) -> str:
+    """C&S's parameters in one line (``correction 50 steps, alpha 1, scale 20; ...``)."""
+    scale = params["scale"]
+    scale = scale if isinstance(scale, str) else f"{scale:g}"
+    return (
+        f"correction {params['correction_layers']} steps, alpha {params['correction_alpha']:g}, "
+        f"scale {scale}; smoothing {params['smoothing_layers']} steps, alpha "
+        f"{params['smoothing_alpha']:g}; the predictions and probabilities.npy are the "
+        f"smoothed ones"
+    )
 
 
 def _check_visible(directory: Path, out: Path) -> None:

@@ -44,6 +44,11 @@ def write_epoch(rec: dict[str, Any], log: TextIO | None, quiet: bool) -> None:
                 f" |{name} train {rec[f'train_{metric}']:.4f} val {rec[f'val_{metric}']:.4f} "
                 f"test {rec[f'test_{metric}']:.4f}"
             )
+            if f"base_val_{metric}" in rec:  # Correct & Smooth's scores, then the model's own
+                accs += (
+                    f" (C&S; model alone val {rec[f'base_val_{metric}']:.4f} test "
+                    f"{rec[f'base_test_{metric}']:.4f})"
+                )
     print(
         f"epoch {rec['epoch']:4d} | loss {rec['loss']:.4f}{accs} | {split_text(rec)} | "
         f"{rec['comm_bytes'] / 1e6:.3f} MB | peak {rec['peak_rss_mb']:.0f} MB",

@@ -45,6 +45,7 @@ from fullgraph.models.layers.base import PROPAGATIONS
 from fullgraph.models.layers.sage import AGGREGATIONS
 from fullgraph.models.norm import NORMS
 from fullgraph.precision import precision_option
+from fullgraph.propagation.correct_smooth import CorrectSmoothFields, correct_smooth_option
 from fullgraph.run.optim import SCHEDULES
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ SUMS = ("tree", "rank-order")
 
 
 @dataclass
-class TrainConfig(InputDropoutConfig, Config):
+class TrainConfig(InputDropoutConfig, CorrectSmoothFields, Config):
     """The experiment of a full-batch run (saved in ``config.json`` and the checkpoint)."""
 
     model: str = option("gcn", "layer kind", choices=layer_kinds())
@@ -292,10 +293,19 @@ class TrainConfig(InputDropoutConfig, Config):
         "bit-identical reruns at the same rank count; bf16-mixed's backward stays float32)",
         choices=SUMS,
     )
+    # Correct & Smooth in evaluation: the best model by the smoothed validation metric
+    # (defined once, with fullgraph predict's, in fullgraph.propagation.correct_smooth)
+    correct_smooth: bool = correct_smooth_option("correct_smooth")
+    correction_layers: int | None = correct_smooth_option("correction_layers")
+    correction_alpha: float | None = correct_smooth_option("correction_alpha")
+    smoothing_layers: int | None = correct_smooth_option("smoothing_layers")
+    smoothing_alpha: float | None = correct_smooth_option("smoothing_alpha")
+    correction_scale: str | float | None = correct_smooth_option("correction_scale")
     extra: dict = option({}, "free-form notes kept with the config", cli=False)
 
     def check(self) -> None:
         """Rules between fields."""
+        self.check_correct_smooth()
         given = {name: getattr(self, name) for name in option_names()}
         check_options(self.model, given, self.layer_options())
         if self.error_feedback and self.compress_fwd == self.compress_bwd == "none":

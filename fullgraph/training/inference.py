@@ -377,6 +377,7 @@ class Predictor:
         embeddings: Sequence[int] = (),
         logits: bool = False,
         progress: Callable[[int, int, float], None] | None = None,
+        smoother: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> dict[str, Any]:
         """The forward pass over every node; this rank's rows written into ``directory``.
 
@@ -386,6 +387,10 @@ class Predictor:
             logits: write the logits instead of the probabilities.
             progress: called ``progress(k, L, seconds)`` after layer ``k`` (its embeddings
                 written).
+            smoother: Correct & Smooth (:class:`~fullgraph.propagation.correct_smooth.
+                CorrectSmooth`, a collective) of the logits: its class scores are the
+                predictions, ``probabilities.npy`` and the summary; ``base_summary`` the
+                model's own.
 
         Returns:
             ``layer_seconds`` (this rank's, per layer, its embedding writes included),
@@ -407,13 +412,24 @@ class Predictor:
             clock[0] = time.perf_counter()
 
         out = self.model(self.data["x"], self.ctx, training=False, on_layer=on_layer)
+        scores = None if smoother is None else smoother(out)
         t0 = time.perf_counter()
-        self.writer.write(directory / PREDICTIONS, out, lambda z: z.argmax(dim=1))
+        chosen = out if scores is None else scores
+        self.writer.write(directory / PREDICTIONS, chosen, lambda z: z.argmax(dim=1))
         if logits:
             self.writer.write(directory / LOGITS, out)
+        elif scores is not None:
+            self.writer.write(directory / PROBABILITIES, scores)
         else:
             self.writer.write(directory / PROBABILITIES, out, lambda z: torch.softmax(z, dim=1))
         sync_files(self.writer.written)
         write_s = time.perf_counter() - t0
         summary = split_metrics(out, self.data["y"], self.data, self.comm, self.metric)
-        return {"layer_seconds": seconds, "write_s": write_s, "summary": summary}
+        result = {"layer_seconds": seconds, "write_s": write_s, "summary": summary}
+        if scores is not None:
+            from fullgraph.propagation.correct_smooth import smoothed_metrics
+
+            result["base_summary"] = summary
+            y = self.data["y"]
+            result["summary"] = smoothed_metrics(scores, y, self.data, self.comm, self.metric)
+        return result

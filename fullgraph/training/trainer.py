@@ -27,6 +27,7 @@ from fullgraph.models.gnn import GNN, load_parameter_vector, parameter_vector
 from fullgraph.partition import Partition
 from fullgraph.precision import Precision, resolve_precision
 from fullgraph.propagation.cache import HopCache
+from fullgraph.propagation.correct_smooth import CorrectSmooth, smoothed_metrics, symmetric_operator
 from fullgraph.run.checkpoint import CheckpointDir
 from fullgraph.run.epochs import (
     EpochLoop,
@@ -133,6 +134,19 @@ class Trainer(EpochLoop):
         elif self.ctx.blocks is None and comm.rank == 0 and not self.run.quiet:
             print(NO_BLOCKS_NOTE, flush=True)
         self.num_train_global = rank_graph.num_train_global
+        #: Correct & Smooth of the evaluation (``--correct-smooth``), or ``None``
+        self.smoother: CorrectSmooth | None = None
+        params = config.correct_smooth_params()
+        if params is not None:  # its sum over nodes in the tree where the run's sums are
+            self.smoother = CorrectSmooth(
+                symmetric_operator(part, self.device),
+                self.ctx.plan,
+                self.data["y"],
+                self.data["train"],
+                self.num_train_global,
+                self.ctx.blocks,
+                params,
+            )
         self.model = self._build_model(part)
         self.num_features, self.num_classes = int(part.num_features), int(part.num_classes)
         #: how the model file names the data (the command sets it; default: the partition)
@@ -235,10 +249,16 @@ class Trainer(EpochLoop):
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Train / val / test :attr:`metric` of the current model (no dropout), over all
-        ranks."""
+        ranks; with Correct & Smooth those of the smoothed scores (which pick the best model)
+        and the model's own as ``base_<split>_<metric>``."""
         self.model.eval()
         logits = self.model(self.data["x"], self.ctx, training=False)
-        return split_metrics(logits, self.data["y"], self.data, self.comm, self.metric)
+        plain = split_metrics(logits, self.data["y"], self.data, self.comm, self.metric)
+        if self.smoother is None:
+            return plain
+        scores = self.smoother(logits)
+        smoothed = smoothed_metrics(scores, self.data["y"], self.data, self.comm, self.metric)
+        return {**smoothed, **{f"base_{k}": v for k, v in plain.items()}}
 
     def gather_logits(self, logits: torch.Tensor) -> np.ndarray | None:
         """All ranks' logits in global node order (rank 0 gets them, others ``None``)."""
@@ -272,9 +292,15 @@ class Trainer(EpochLoop):
         self._save_best_model()
 
     def on_best(self, epoch: int, acc: dict[str, float]) -> None:
-        """Rank 0 keeps a CPU copy of the model of the best validation score so far."""
+        """Rank 0 keeps a CPU copy of the model of the best validation score so far (with
+        Correct & Smooth: the best smoothed score; the model's own scores then are kept)."""
+        m = self.metric
+        base = {k: acc[f"base_{k}_{m}"] for k in ("val", "test") if f"base_{k}_{m}" in acc}
+        if base:
+            self.history["base_at_best"] = base
         if self.comm.rank != 0 or self.run.model_path() is None:
             return
+        info = {"correct_smooth": self._correct_smooth_record()} if base else {}
         self._best_model = model_state(
             self.model,
             self.config,
@@ -287,8 +313,20 @@ class Trainer(EpochLoop):
                 "test": acc.get(f"test_{self.metric}"),
                 "data": self.data_label,
                 "partition_hash": self.partition_hash,
+                **info,
             },
         )
+
+    def _correct_smooth_record(self) -> dict[str, Any]:
+        """C&S's parameters and the model's own val and test scores at the best epoch (the
+        run's ``val``/``test`` are the smoothed ones)."""
+        assert self.smoother is not None
+        base = self.history.get("base_at_best", {})
+        m = self.metric
+        return {
+            **self.smoother.params.to_dict(),
+            **{f"base_{k}_{m}_at_best": v for k, v in base.items()},
+        }
 
     def _save_best_model(self) -> None:
         """Rank 0 writes the best model kept so far (once per new best)."""
@@ -309,13 +347,16 @@ class Trainer(EpochLoop):
         }
 
     def final_extra(self) -> dict[str, Any]:
-        """The compression settings."""
+        """The compression settings; with Correct & Smooth its record."""
         cfg = self.config
-        return {
+        extra: dict[str, Any] = {
             "compress_fwd": cfg.compress_fwd,
             "compress_bwd": cfg.compress_bwd,
             "error_feedback": cfg.error_feedback,
         }
+        if self.smoother is not None:
+            extra["correct_smooth"] = self._correct_smooth_record()
+        return extra
 
     # -- checkpoints -------------------------------------------------------------------------
     def resume(self) -> None:
