@@ -1,6 +1,7 @@
 """``fullgraph predict`` is exact: P ranks write what one process writes.
 
-- for gcn (3 layers, both embeddings), sage with ``--norm batch`` and gat (2 heads), a model
+- for gcn (3 layers, both embeddings), sage with ``--norm batch``, gat (2 heads) and appnp
+  (K = 3), a model
   trained in one process predicts at P = 1, 2, 4 (``--parts``) what one process predicts on the
   whole graph (``--dataset``): logits and embeddings to rtol 1e-5, the same classes, the
   probabilities the softmax of the logits; ``predict.json`` names the model file's sha256;
@@ -29,6 +30,7 @@ MODELS = {
     "gcn": (["--model", "gcn", "--layers", "3", "--hidden", "16"], "1,2"),
     "sage": (["--model", "sage", "--layers", "2", "--hidden", "16", "--norm", "batch"], "1"),
     "gat": (["--model", "gat", "--layers", "2", "--hidden", "8", "--heads", "2"], "1"),
+    "appnp": (["--model", "appnp", "--layers", "2", "--hidden", "16", "--hops", "3"], "1"),
 }
 RTOL, ATOL = 1e-5, 1e-6
 

@@ -4,7 +4,8 @@ parameters and buffers (BatchNorm's running statistics) ``torch.equal``, and one
 itself on 2 threads; so do GCN with ``--norm batch`` (the fused CPU kernels, with dropout and
 without, and the composed operations other devices take) and SAGE with ``--norm layer
 --residual``, GIN (its ``eps``), SAGE and GraphConv with ``--aggr max`` and GAT (2 heads,
-attention dropout on). The negative controls do not: GCN with its sums over nodes in rank order
+attention dropout on), MLP and APPNP (``--hops 3``; and 2 with ``--alpha 0.5`` and LayerNorm).
+The negative controls do not: GCN with its sums over nodes in rank order
 (as a partition without blocks trains), GCN with ``--norm batch`` whose norm alone sums in rank
 order, and GAT whose source gradients alone are added as before (the halo's on the owners in
 rank order). GIN and the max layers, before their parameters took the tree, differed from one
@@ -47,6 +48,10 @@ MODELS = [
 #: summed on its owner in a fixed order)
 LAYER_MODELS = ["gin", "sage;aggr=max", "graphconv;aggr=max", "gat;heads=2"]
 MODELS += LAYER_MODELS
+#: the per-row kinds: mlp (its linears' weights and biases in the tree, nothing exchanged) and
+#: appnp (the MLP, then K steps of personalised PageRank: every step an aggregation)
+ROW_MODELS = ["mlp", "appnp;hops=3", "appnp;hops=2;alpha=0.5;norm=layer"]
+MODELS += ROW_MODELS
 #: GAT's control: its source gradients as before (the halo's added on the owners in rank order)
 ATTENTION_CONTROL = "gat:attention-rank-order;heads=2"
 #: the negative controls: GCN with its sums over nodes in rank order; GCN whose BatchNorm alone

@@ -1,5 +1,6 @@
 """Bit-identical at any rank count under ``--precision bf16-mixed`` with the bfloat16 backward
-(issue 33, item 3): GCN, SAGE, GAT (2 heads) and GIN with LayerNorm (2 layers, dropout)
+(issue 33, item 3): GCN, SAGE, GAT (2 heads), GIN with LayerNorm, MLP and APPNP (K = 3)
+(2 layers, dropout)
 train 5 epochs on P = 2 ranks over mpi and gloo and equal one process on the whole graph,
 losses and parameters ``torch.equal``; the
 backward's products read bfloat16 (per-block weight gradients, input gradients, ``A^T dY``)
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.skipif(
 
 BF16 = ";precision=bf16-mixed"
 MODELS = [f"gcn{BF16}", f"sage{BF16}", f"gat;heads=2{BF16}", f"gin;norm=layer{BF16}"]
+MODELS += [f"mlp{BF16}", f"appnp;hops=3{BF16}"]
 CONTROL = f"gcn:rank-order{BF16}"
 
 

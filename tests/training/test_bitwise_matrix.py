@@ -4,7 +4,7 @@ parameters, the optimiser's state and the running statistics after training, the
 predictions' embeddings and logits, and a run stopped at epoch 4 and resumed from its epoch-3
 checkpoint. Variants combine the paths (norms, residual, max aggregation, GIN, GraphConv, GAT with
 attention dropout, bf16-mixed with its bfloat16 backward, the pruned and precomputed first
-layers).
+layers, APPNP's propagation).
 
 P = 2 and 4 over mpi and gloo run in CI (P = 4 over mpi only); P = 3 and 8, and one variant
 over 200 epochs, are marked slow. That the matrix can fail: ``test_bitwise.py``'s negative
@@ -38,6 +38,7 @@ SPECS = [
     "graphconv",
     "gat;heads=2;attention_dropout=0.3;norm=batch",
     "gcn;input_dropout=0;layers=3",  # the precomputed first aggregation, pruned layers
+    "appnp;hops=3;alpha=0.2;norm=batch;residual=true",  # the MLP, then its propagation
     *(["sage;precision=bf16-mixed;norm=batch"] if BF16 else []),
 ]
 WHAT = ("losses", "params", "optimizer", "buffers", "embeddings", "logits", "resumed")
