@@ -4,9 +4,10 @@ from the partition's cache when stored whole, else computed on every rank and st
 :func:`hop_features` is a collective: the ranks agree first on whether every rank's file is
 stored whole (a damaged one on any rank refuses the run on all, with its one line), then all
 read, or all compute (:func:`~fullgraph.propagation.hops.propagate_hops`) and store; rank 0
-prints a line per hop (its time, the bytes every rank exchanged) and one saying where the hops
-came from or went. A partition directory that cannot be written (read-only, full) is not an
-error: the hops are computed without caching, said in one line.
+prints a line per hop (its time, the bytes every rank exchanged; the operator's build first,
+as hop 0) and one saying where the hops came from or went. A partition directory that cannot
+be written (read-only, full) is not an error: the hops are computed without caching, said in
+one line.
 """
 
 from __future__ import annotations
@@ -115,6 +116,13 @@ def hop_features(
     if x.device.type != "cpu":
         halo = op.halo.to(x.device) if op.halo is not None else None
         op = SplitOperator(op.inner.to(x.device), halo)
+    op.ordered(plan.global_ids)  # every row in ascending global id: built once, here
+    if say:
+        print(
+            f"hop 0/{spec.hops} ({spec.propagation}): {spec.operator} operator built in "
+            f"{time.perf_counter() - t0:.2f} s",
+            flush=True,
+        )
     out = torch.empty((x.shape[0], width), dtype=torch.float32, device=x.device)
     propagate_hops(
         x,
