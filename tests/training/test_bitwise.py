@@ -7,9 +7,10 @@ without, and the composed operations other devices take) and SAGE with ``--norm 
 attention dropout on), MLP and APPNP (``--hops 3``; and 2 with ``--alpha 0.5`` and LayerNorm).
 The negative controls do not: GCN with its sums over nodes in rank order
 (as a partition without blocks trains), GCN with ``--norm batch`` whose norm alone sums in rank
-order, and GAT whose source gradients alone are added as before (the halo's on the owners in
-rank order). GIN and the max layers, before their parameters took the tree, differed from one
-process at P = 2 by 6e-8 and 9e-8 in their parameters (measured), so their rows can fail too.
+order, GAT whose source gradients alone are added as before (the halo's on the owners in
+rank order), and APPNP with its sums over nodes in rank order. GIN and the max layers, before
+their parameters took the tree, differed from one process at P = 2 by 6e-8 and 9e-8 in their
+parameters (measured), so their rows can fail too.
 
 What makes it hold: the partition's fixed node blocks, the block tree of the weight and bias
 gradients and of the loss (:mod:`fullgraph.distributed.tree_sum`) and the aggregation's sums
@@ -60,6 +61,8 @@ CONTROL = "gcn:rank-order"
 NORM_CONTROL = "gcn:norm-rank-order;norm=batch"
 CONTROLS = [CONTROL, NORM_CONTROL]
 CONTROLS += [ATTENTION_CONTROL]
+#: appnp's control: its linears' sums over nodes in rank order (the propagation unchanged)
+CONTROLS += ["appnp:rank-order;hops=3"]
 
 
 @pytest.fixture(scope="module")
