@@ -44,8 +44,8 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     (
         "fullgraph.commands.train",
         "train",
-        "train a GNN full-batch: --model gcn, sage, gat, gin, graphconv, mlp or appnp (mpirun "
-        "-n P for P ranks)",
+        "train a GNN full-batch: --model gcn, sage, gat, gin, graphconv, mlp, appnp, sgc or "
+        "sign (mpirun -n P for P ranks)",
     ),
     (
         "fullgraph.commands.predict",

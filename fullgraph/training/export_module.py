@@ -29,6 +29,7 @@ from torch_geometric.nn import (
     LayerNorm,
     Linear,
     SAGEConv,
+    SGConv,
 )
 
 from fullgraph.models.layers import layer_class
@@ -54,8 +55,8 @@ ExportState = TypedDict(
 
 
 class FullgraphGNN(torch.nn.Module):
-    """A GCN / GraphSAGE / GAT / GIN / MLP / APPNP stack of PyG layers, as ``fullgraph train``
-    builds it.
+    """A GCN / GraphSAGE / GAT / GIN / MLP / APPNP / SGC stack of PyG layers, as ``fullgraph
+    train`` builds it.
 
     Layer ``i``: ``h = conv(drop(x), edge_index) + res(drop(x))`` (``mlp``, ``appnp``: a
     ``Linear``, ``conv(drop(x))``; ``appnp``'s last layer then ``APPNP(hops, alpha)`` of it,
@@ -67,7 +68,8 @@ class FullgraphGNN(torch.nn.Module):
         kind: ``gcn`` (``GCNConv``), ``sage`` (``SAGEConv(aggr=aggr)``), ``gat``
             (``GATConv``), ``gin`` (``GINConv`` of ``MLP([in, out, out])``, ``train_eps``) or
             ``graphconv`` (``GraphConv(aggr=aggr)``), ``mlp`` (``Linear``) or ``appnp``
-            (``Linear`` layers, then ``APPNP(hops, alpha)``).
+            (``Linear`` layers, then ``APPNP(hops, alpha)``) or ``sgc`` (one layer:
+            ``SGConv(K=hops)``).
         in_channels: input features.
         hidden_channels: hidden width (per head for ``gat``).
         out_channels: classes.
@@ -82,7 +84,7 @@ class FullgraphGNN(torch.nn.Module):
         attention_dropout: ``gat``: drop probability of the attention coefficients.
         aggr: ``sage`` / ``graphconv``: ``mean``, ``sum`` or ``max`` (``None``: ``mean`` for
             ``sage``, ``sum`` for ``graphconv``).
-        hops: ``appnp``: propagation steps ``K``.
+        hops: ``appnp``: propagation steps ``K``; ``sgc``: its ``K``.
         alpha: ``appnp``: teleport probability.
     """
 
@@ -105,7 +107,7 @@ class FullgraphGNN(torch.nn.Module):
         alpha: float = 0.1,
     ) -> None:
         super().__init__()
-        kinds = ("gcn", "sage", "gat", "gin", "graphconv", "mlp", "appnp")
+        kinds = ("gcn", "sage", "gat", "gin", "graphconv", "mlp", "appnp", "sgc")
         if kind not in kinds:
             raise ValueError(f"kind must be one of {', '.join(kinds)}, not {kind!r}")
         if norm not in (None, "batch_norm", "layer_norm"):
@@ -132,6 +134,8 @@ class FullgraphGNN(torch.nn.Module):
                 conv, width_out = GINConv(mlp, train_eps=True), out
             elif self.rows:
                 conv, width_out = Linear(width, out), out
+            elif kind == "sgc":
+                conv, width_out = SGConv(width, out, K=hops), out
             else:
                 n = output_heads if last else heads
                 conv = GATConv(width, out, heads=n, concat=not last, dropout=attention_dropout)
@@ -203,6 +207,7 @@ from torch_geometric.nn import (
     LayerNorm,
     Linear,
     SAGEConv,
+    SGConv,
 )
 
 __all__ = ["FullgraphGNN", "load_model"]
@@ -227,7 +232,7 @@ def _summary(state: ExportState) -> str:
     if "heads" in kind.accepts:
         words.append(f"heads {a['heads']}, output heads {a['output_heads']}")
     if "hops" in a:
-        words.append(f"K {a['hops']}, alpha {a['alpha']:g}")
+        words.append(f"K {a['hops']}" + (f", alpha {a['alpha']:g}" if "alpha" in a else ""))
     if a["norm"]:
         words.append(a["norm"].replace("_", " "))
     if a["residual"]:

@@ -135,6 +135,14 @@ def init_args(mf: ModelFile) -> InitArgs:
     }
     if cfg.model == "appnp":  # the propagation after the MLP (PyG's APPNP(K, alpha))
         args["hops"], args["alpha"] = propagation_steps(opts)
+    if cfg.model == "sgc":  # PyG's SGConv: one linear layer on A^K X, A GCN's operator
+        propagation, args["hops"], _ = cfg.layer_kind().hop_options(opts)
+        if cfg.layers != 1 or propagation != "gcn":
+            raise ConfigError(
+                f"--model {mf.path}: an sgc of {cfg.layers} layers on --propagation "
+                f"{propagation} cannot be exported to PyG: its SGConv is one linear layer on "
+                f"A^K X with GCN's operator (--layers 1 --propagation gcn)"
+            )
     return args
 
 

@@ -29,7 +29,9 @@ def test_every_kind_declares_its_options_export_and_replay(kind: str) -> None:
     assert cls.replay in REPLAYS, kind
     for variant in getattr(cls, "VARIANTS", {}).values():
         assert variant.replay in REPLAYS, variant
-    assert cls.pyg is not None, kind
+    if cls.pyg is None:  # no PyG export: the kind says why (its refusal's reason)
+        assert cls.export_note, kind
+        return
     layer = cls.build(6, 4, last=False, options=LayerOptions())
     for ours in cls.pyg.keys.values():  # every exported key names one of our parameters
         assert isinstance(layer.get_parameter(ours), torch.nn.Parameter), (kind, ours)

@@ -139,10 +139,45 @@ def test_bad_options_are_refused_in_one_line(small_graph, fields: dict, message:
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
-def test_the_export_is_refused_naming_why(small_graph, tmp_path: Path) -> None:
-    from fullgraph.training.export_pyg import exported
+def test_sgc_exports_to_sgconv_and_the_others_are_refused_naming_why(
+    small_graph, tmp_path: Path
+) -> None:
+    """``--layers 1 --propagation gcn``: the exported module's ``SGConv`` gives our logits;
+    SIGN, a deeper SGC and another propagation are refused in one line."""
+    import importlib.util
 
-    for kind, why in (("sign", "PyG has no SIGN model"), ("sgc", "SGConv computes A^K X")):
+    import numpy as np
+
+    from fullgraph.datasets import to_pyg
+    from fullgraph.training.export_pyg import export_pyg
+    from fullgraph.training.model_file import model_state, save_model_file
+
+    def saved(name: str, **fields) -> Path:
+        cfg = TrainConfig(**fields)
+        model, _ = _model_and_rank(small_graph, **fields)
+        state = model_state(model, cfg, 12, 4, {"epoch": 1, "data": "sbm"})
+        return save_model_file(tmp_path / f"{name}.pt", state)
+
+    path = saved("sgc", model="sgc", layers=1, hops=3)
+    written = export_pyg(path, tmp_path / "exported.py")
+    spec = importlib.util.spec_from_file_location("exported_sgc", written[-1])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    data = to_pyg(small_graph)
+    with torch.no_grad():
+        theirs = module.load_model()(data.x, data.edge_index)
+        model, rank = _model_and_rank(small_graph, model="sgc", layers=1, hops=3)
+        ours = model(rank.data["x"], rank.ctx)
+    assert type(module.load_model().convs[0]).__name__ == "SGConv"
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
+    assert np.isfinite(theirs.numpy()).all()
+    refused = {
+        "sign": ("PyG has no SIGN model", {"model": "sign"}),
+        "deep": ("an sgc of 2 layers on --propagation gcn", {"model": "sgc", "layers": 2}),
+        "mean": ("on --propagation mean", {"model": "sgc", "layers": 1, "propagation": "mean"}),
+    }
+    for name, (why, fields) in refused.items():
         with pytest.raises(ConfigError) as err:
-            exported(kind)
-        assert why in str(err.value) and "\n" not in str(err.value)
+            export_pyg(saved(name, **fields), tmp_path / f"{name}-out.py")
+        assert why in str(err.value) and "\n" not in str(err.value), str(err.value)
+        assert not (tmp_path / f"{name}-out.py").exists()

@@ -20,9 +20,10 @@ hops are computed once per partition, exactly on P ranks, and kept with it
 Distribution: after the hops every layer is per row (:class:`~fullgraph.models.layers.mlp.
 MLPLayer`'s product: :func:`~fullgraph.models.mixed_linear.mixed_linear`), so training
 exchanges nothing; the weight and bias gradients are per-block partials of the step's block
-tree, the same bits at any rank count. No PyG model equals these stacks (PyG's SIGN is a
-transform plus the user's model; ``SGConv`` computes its hops in the layer): an export is
-refused.
+tree, the same bits at any rank count. ``--model sgc --layers 1 --propagation gcn`` exports
+to PyG's ``SGConv(F, C, K)`` (which computes the hops from ``edge_index``); no PyG model equals
+the other stacks (PyG's SIGN is a transform plus the user's model): their export is refused,
+naming why.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from torch import nn
 from fullgraph.errors import ConfigError
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
-from fullgraph.models.layers.base import GraphLayer, LayerOptions, register_layer
+from fullgraph.models.layers.base import GraphLayer, LayerOptions, PygExport, register_layer
 from fullgraph.models.layers.mlp import MLPLayer
 from fullgraph.models.mixed_linear import mixed_linear
 
@@ -69,10 +70,8 @@ class SGCLayer(MLPLayer):
     accepts = ("hops", "propagation", "alpha")
     hop_input = "last"
     replay = "hops"
-    pyg = None
-    export_note = (
-        "PyG's SGConv computes A^K X inside the layer from edge_index; fullgraph's sgc reads "
-        "the hops precomputed on its partition, so no PyG model holds the trained stack"
+    pyg = PygExport(  # --layers 1 --propagation gcn only (export_pyg refuses the others)
+        conv="SGConv", name="SGC", keys={"lin.weight": "lin.weight", "lin.bias": "lin.bias"}
     )
     #: ``K`` and the operator without ``--hops`` and ``--propagation``
     default_hops = 2
@@ -126,6 +125,7 @@ class SIGNLayer(SGCLayer):
 
     kind = "sign"
     hop_input = "all"
+    pyg = None
     export_note = (
         "PyG has no SIGN model (torch_geometric.transforms.SIGN only precomputes the hops, "
         "the model is the user's own)"
