@@ -21,10 +21,10 @@ bits at any rank count; the linears' weight and bias gradients go through the bl
 
 Memory: the propagation is linear in ``H`` and nothing in it keeps a tensor for the backward
 pass (the aggregation saves none, the scalings none), so no ``Z_k`` is kept: ``K`` steps cost
-``K`` exchanges each way, not ``K`` activations. Alive while it runs: ``Z_(k-1)``, ``Â Z_(k-1)``
-(scaled and shifted in place into ``Z_k``) and ``alpha H`` (``3 n C`` floats, ``C`` the
-classes) with the exchange's buffers; backward the output gradient of a step, its scaled copy,
-``Â^T`` of it and the sum of ``alpha H``'s gradients (``4 n C``). No receptive-field pruning
+``K`` exchanges each way, not ``K`` activations. Alive while it runs: ``H``, ``alpha H``,
+``Z_(k-1)`` and ``Â Z_(k-1)`` (scaled and shifted in place into ``Z_k``; ``4 n C`` floats, ``C``
+the classes) with the exchange's buffers; backward the output gradient of a step, its scaled
+copy, ``Â^T`` of it and the sum of ``alpha H``'s gradients (``4 n C``). No receptive-field pruning
 (the ``K`` steps would each need their own restricted operator).
 """
 
