@@ -34,12 +34,14 @@ their 10).
     python -m bench.propagation_accuracy --datasets citeseer --methods gcn,sgc --seeds 0
 
 Writes ``OUT/propagation_accuracy.csv`` (long format, bench/common.py; its ``command`` column
-reproduces the table) and prints the markdown table.
+reproduces the table) and prints the markdown table; ``--table CSV`` prints the table of such
+a file (several runs' rows together: the last of each dataset, method and seed).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import shlex
 import shutil
@@ -249,6 +251,21 @@ def table(results: dict[tuple[str, str], list[float]], names: list[str], methods
     return "\n".join(lines)
 
 
+def read_csv_results(path: Path) -> dict[tuple[str, str], list[float]]:
+    """(dataset, method) -> the per-seed test scores in a CSV this bench wrote (the last row of
+    each dataset, method and seed: a rerun replaces an earlier one)."""
+    last: dict[tuple[str, str, str], float] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            name, _, method = row["what"].partition(" ")
+            if row["metric"] == "test" and name in DATASETS and method in METHODS:
+                last[(name, method, row["x"])] = float(row["y"])
+    out: dict[tuple[str, str], list[float]] = {}
+    for (name, method, _seed), y in sorted(last.items()):
+        out.setdefault((name, method), []).append(y)
+    return out
+
+
 def _split_list(text: str, known: dict, what: str) -> list[str]:
     items = [x for x in text.split(",") if x]
     unknown = [x for x in items if x not in known]
@@ -271,6 +288,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds a run may take")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--table", metavar="CSV", help="print the table of an earlier run's CSV")
     a = ap.parse_args(argv)
     a.datasets = _split_list(a.datasets, DATASETS, "datasets")
     a.methods = _split_list(a.methods, METHODS, "methods")
@@ -304,9 +322,14 @@ def run_one(a: argparse.Namespace, name: str, run: str, seed: int, root: Path, w
 def main(argv: list[str] | None = None) -> int:
     """Train every (dataset, run, seed); print and write the table."""
     a = parse_args(argv)
+    if a.table:
+        results = read_csv_results(Path(a.table))
+        names = [n for n in a.datasets if any(k[0] == n for k in results)]
+        print(table(results, names, [m for m in a.methods if any(k[1] == m for k in results)]))
+        return 0
     runs = plan_runs(a)
     work = Path(tempfile.mkdtemp(prefix="fg-propacc-"))
-    csv = CSVWriter(Path(a.out) / "propagation_accuracy.csv")
+    rows = CSVWriter(Path(a.out) / "propagation_accuracy.csv")
     results: dict[tuple[str, str], list[float]] = {}
     t_all = time.perf_counter()
     try:
@@ -318,29 +341,29 @@ def main(argv: list[str] | None = None) -> int:
                     got = scores(run, run_one(a, name, run, seed, root, work))
                     seconds = time.perf_counter() - t0
                     what = f"{name} {run}"
-                    csv.write(what, "fullgraph", "wall_time", "s", f"seed{seed}", seconds)
+                    rows.write(what, "fullgraph", "wall_time", "s", f"seed{seed}", seconds)
                     for method, y in got.items():
                         if method not in a.methods:
                             continue
                         results.setdefault((name, method), []).append(y)
-                        csv.write(f"{name} {method}", "fullgraph", "test", "%", f"seed{seed}", y)
+                        rows.write(f"{name} {method}", "fullgraph", "test", "%", f"seed{seed}", y)
                     shown = ", ".join(f"{m} {y:.2f}" for m, y in got.items())
                     print(f"{name} {run} seed {seed}: {shown} ({seconds:.0f} s)", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for (name, method), values in results.items():
         m, s = mean_std(values)
-        csv.write(f"{name} {method}", "fullgraph", "test_mean", "%", "mean", m)
-        csv.write(f"{name} {method}", "fullgraph", "test_std", "%", "std", s)
+        rows.write(f"{name} {method}", "fullgraph", "test_mean", "%", "mean", m)
+        rows.write(f"{name} {method}", "fullgraph", "test_std", "%", "std", s)
         p = PUBLISHED.get((name, method))
         if p is not None:
-            csv.write(f"{name} {method}", p[2], "test_mean", "%", "mean", p[0])
+            rows.write(f"{name} {method}", p[2], "test_mean", "%", "mean", p[0])
     total = time.perf_counter() - t_all
-    csv.write("propagation_accuracy", "fullgraph", "wall_time", "s", "total", total)
+    rows.write("propagation_accuracy", "fullgraph", "wall_time", "s", "total", total)
     seeds = ", ".join(map(str, a.seeds))
     print(f"\ntest score (%) at the best validation epoch, mean ± std over seeds {seeds}")
     print(table(results, a.datasets, a.methods))
-    print(f"\n{total:.0f} s in all; rows in {csv.path}")
+    print(f"\n{total:.0f} s in all; rows in {rows.path}")
     return 0
 
 

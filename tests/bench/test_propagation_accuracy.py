@@ -58,3 +58,14 @@ def test_tiny_case_end_to_end(tmp_path, capsys) -> None:
     assert all(0 <= y <= 100 for y in tests.values())
     # C&S propagates the training labels: on the tiny graph it lifts the 2-epoch MLP
     assert tests["tiny mlp+cs"] > tests["tiny mlp"]
+
+
+def test_table_from_csv_keeps_the_last_row_per_seed(tmp_path, capsys) -> None:
+    path = tmp_path / "propagation_accuracy.csv"
+    rows = bench.CSVWriter(path)
+    for seed, y in ((0, 70.0), (1, 72.0), (1, 74.0)):  # seed 1 rerun: 74 replaces 72
+        rows.write("citeseer sgc", "fullgraph", "test", "%", f"seed{seed}", y)
+    rows.write("citeseer sgc", "fullgraph", "wall_time", "s", "seed0", 3.0)
+    assert bench.read_csv_results(path) == {("citeseer", "sgc"): [70.0, 74.0]}
+    assert bench.main(["--table", str(path)]) == 0
+    assert "| SGC (K=2) | 72.0 ± 2.8 | 71.9 ± 0.1 |" in capsys.readouterr().out
