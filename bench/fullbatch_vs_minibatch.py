@@ -11,15 +11,21 @@ For every (dataset, P, method) it runs the real command:
   int8 halo compression both ways; ``full-batch unpruned`` (``--prune off``, a few epochs)
   measures what pruning saves per epoch;
 - mini-batch: ``mpirun -n P fullgraph minibatch --fanouts 15,10,5 ...``;
+- exact propagation (issue 34, :mod:`bench.propagation_methods`, each at its own recipe in
+  ``SETTINGS[...]["recipes"]``): ``sign``, ``sgc`` (their hops' precompute counted), ``appnp``,
+  ``mlp+cs`` and ``sage+cs`` (Correct & Smooth at every evaluation);
 
 and reports, from the JSON logs: time to reach the target test accuracy (98% of the best
-final test accuracy of the full-length runs on that dataset), training time only and with the
-evaluations it ran, median epoch time, final test accuracy and peak memory per rank. One chart
-per dataset plots test accuracy against cumulative training time for every run.
+final test accuracy of the full-length runs on that dataset, or of mini-batch's with
+``--target mini-batch``), training time only (+ precompute) and with the evaluations it ran,
+its split (precompute, epochs to the target x median epoch, evaluations), final test accuracy
+and peak memory per rank. One chart per dataset plots test accuracy against cumulative
+training time (precompute included) for every run.
 
     python -m bench.fullbatch_vs_minibatch [--datasets arxiv-synth,coauthor-physics,...]
     python -m bench.fullbatch_vs_minibatch --datasets products-synth --ranks 4 --hidden 256 \
         --methods full-batch,full-batch unpruned,mini-batch
+    python -m bench.fullbatch_vs_minibatch --datasets arxiv-synth --methods all
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench import propagation_methods as prop
 from bench.child import run_checked
 from bench.common import CSVWriter, command_line
 from bench.plot import LinePanel, Series, save_figure
@@ -40,6 +47,17 @@ from bench.plot import LinePanel, Series, save_figure
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SHARED = REPO.parent / "shared" / "datasets"
+
+#: Correct & Smooth on arxiv (Huang et al.'s ogbn-arxiv settings: autoscale, alphas 0.979 and
+#: 0.756); products-synth keeps the defaults, PyG's products example (fixed scale 20, 1.0, 0.8).
+ARXIV_CS = [
+    "--correction-scale",
+    "auto",
+    "--correction-alpha",
+    "0.979",
+    "--smoothing-alpha",
+    "0.756",
+]
 
 #: Per dataset: mini-batch size (the Shchur splits train on 20 nodes per class, so a small
 #: batch gives several steps per epoch), epoch budgets and Adam learning rates of each method
@@ -52,6 +70,14 @@ SETTINGS = {
         "mb_epochs": 2,
         "fb_lr": 0.01,
         "mb_lr": 0.003,
+        # short budgets (validated at P = 1, 2: docs/scale.md)
+        "recipes": {
+            "sign": {"lr": 0.01, "epochs": 80, "eval_every": 4},
+            "sgc": {"lr": 0.1, "epochs": 40, "eval_every": 2},
+            "appnp": {"lr": 0.01, "epochs": 80, "eval_every": 4},
+            "mlp+cs": {"lr": 0.01, "epochs": 40, "eval_every": 10, "flags": ARXIV_CS},
+            "sage+cs": {"lr": 0.01, "epochs": 40, "eval_every": 10, "flags": ARXIV_CS},
+        },
     },
     # products size (2.45M nodes, 124M edges): P=4 on this 2-core machine; full-batch
     # evaluates every 3 epochs (a full-graph inference costs about half a training step)
@@ -62,6 +88,16 @@ SETTINGS = {
         "fb_lr": 0.01,
         "mb_lr": 0.003,
         "fb_eval_every": 3,
+        # not swept at this size (a point costs tens of minutes); C&S's 50 + 50 steps of 47
+        # columns over 124M edges cost minutes an evaluation, so its methods evaluate rarely,
+        # and mlp+cs is Linear + C&S (OGB's 83.01): an MLP step costs half a SAGE step here
+        "recipes": {
+            "sign": {"lr": 0.01, "epochs": 60, "eval_every": 5},
+            "sgc": {"lr": 0.1, "epochs": 60, "eval_every": 5},
+            "appnp": {"lr": 0.01, "epochs": 30, "eval_every": 5},
+            "mlp+cs": {"lr": 0.01, "epochs": 100, "eval_every": 50, "layers": 1},
+            "sage+cs": {"lr": 0.01, "epochs": 30, "eval_every": 10, "flags": ["--dropout", "0.2"]},
+        },
     },
     "coauthor-physics": {
         "batch_size": 32,
@@ -82,6 +118,9 @@ SETTINGS = {
 
 #: Methods run for a few epochs to compare epoch times (they do not set the target).
 SHORT = {"full-batch unpruned"}
+#: Every method ``--methods`` knows (``all``: every one but :data:`SHORT`'s).
+BASELINES = ("full-batch", "full-batch int8", "full-batch unpruned", "mini-batch")
+METHODS = (*BASELINES, *prop.METHODS)
 
 #: Synthetic datasets and their presets: found under ``--synth-root`` or generated.
 SYNTHETIC = {"arxiv-synth": "arxiv", "products-synth": "products"}
@@ -144,28 +183,25 @@ def read_log(path: Path) -> tuple[list[dict], dict]:
     return [r for r in recs if "epoch" in r and not r.get("final")], recs[-1]
 
 
-def summarise(epochs: list[dict], final: dict, target: float) -> dict[str, float]:
-    """Time to target (training only, and with evaluation), median epoch time, final accuracy
-    and peak memory of one run."""
-    elapsed, wall, to_target, wall_to_target = 0.0, 0.0, float("nan"), float("nan")
-    for rec in epochs:
-        elapsed += rec["epoch_s"]
-        wall += rec["epoch_s"] + rec.get("eval_s", 0.0)
-        if "test_acc" in rec and rec["test_acc"] >= target and to_target != to_target:
-            to_target, wall_to_target = elapsed, wall
+def summarise(
+    epochs: list[dict], final: dict, target: float, precompute_s: float = 0.0, method: str = ""
+) -> dict[str, float]:
+    """Time to target (precompute + training, and with evaluation) and its split, median
+    epoch time, final accuracy and peak memory of one run."""
+    smoothing = method in prop.METHODS and prop.METHODS[method].smoothing
     return {
-        "time_to_target_s": to_target,
-        "wall_to_target_s": wall_to_target,
+        **prop.split(epochs, target, precompute_s, smoothing),
         "median_epoch_s": final["median_epoch_s"],
         "final_test_acc": final["test_acc"],
         "peak_rss_mb": max(r["peak_rss_mb"] for r in epochs),
-        "train_time_s": elapsed,
+        "train_time_s": sum(rec["epoch_s"] for rec in epochs),
     }
 
 
-def curve(epochs: list[dict]) -> tuple[list[float], list[float]]:
-    """(cumulative training seconds, test accuracy) at every evaluated epoch."""
-    xs, ys, t = [], [], 0.0
+def curve(epochs: list[dict], start: float = 0.0) -> tuple[list[float], list[float]]:
+    """(cumulative training seconds from ``start``, the precompute, and test accuracy) at
+    every evaluated epoch."""
+    xs, ys, t = [], [], start
     for rec in epochs:
         t += rec["epoch_s"]
         if "test_acc" in rec:
@@ -175,23 +211,75 @@ def curve(epochs: list[dict]) -> tuple[list[float], list[float]]:
 
 
 def plot(dataset: str, runs: dict, target: float, out: Path) -> None:
-    """Test accuracy against training time, every (method, P) on one chart."""
+    """Test accuracy against training time, every (method, P) on one chart; ``runs``: (method,
+    P) -> (epoch records, precompute seconds)."""
     series = []
-    for (method, ranks), (epochs, _) in sorted(runs.items()):
-        style = {"full-batch": "-", "full-batch int8": "-."}.get(method, "--")
-        series.append(Series(f"{method}, P={ranks}", *curve(epochs), style=style, marker="."))
+    for (method, ranks), (epochs, pre) in sorted(runs.items()):
+        style = {"full-batch": "-", "full-batch int8": "-.", "mini-batch": "--"}.get(method, ":")
+        xy = curve(epochs, 0.0 if pre != pre else pre)
+        series.append(Series(f"{method}, P={ranks}", *xy, style=style, marker="."))
     panel = LinePanel(
-        f"{dataset}: full-batch vs mini-batch GraphSAGE",
+        f"{dataset}: time to accuracy, full-batch, mini-batch and exact propagation",
         series,
-        xlabel="training time (s, evaluation excluded)",
+        xlabel="training time (s, precompute included, evaluation excluded)",
         ylabel="test accuracy",
         hlines=[(target, f"target {target:.3f}")],
     )
     save_figure([panel], out, dpi=120)
 
 
-def main() -> int:
-    """Run every (dataset, P, method), then write CSV rows, charts and a summary table."""
+def commands(
+    args: argparse.Namespace, name: str, p: int, root: Path, parts: Path
+) -> list[tuple[str, str, list[str]]]:
+    """(method, log tag, command without ``--log-json``) of every method on dataset ``name``
+    at P = ``p`` (``root``: its dataset root; ``parts``: its partition directory)."""
+    s = SETTINGS[name]
+    fb_epochs = max(1, round(s["fb_epochs"] * args.epoch_scale))
+    mb_epochs = max(1, round(s["mb_epochs"] * args.epoch_scale))
+    layers = len(args.fanouts.split(","))
+    model = ["--hidden", str(args.hidden), "--dropout", "0.5", "--input-dropout", "0"]
+    model += ["--weight-decay", "0", "--seed", "0", "--threads", str(args.threads), "--quiet"]
+    model += ["--precision", args.precision]
+    base = [*launcher(p), str(BIN / "fullgraph"), "train", "--parts", str(parts)]
+    base += ["--model", "sage", "--layers", str(layers), "--lr", str(s["fb_lr"]), *model]
+    every = args.fb_eval_every or s.get("fb_eval_every", 1)
+    base += ["--eval-every", str(every), *shlex.split(args.fb_flags)]
+    full = [*base, "--epochs", str(fb_epochs)]
+    unpruned = [*base, "--epochs", str(args.short_epochs), "--prune", "off"]
+    mini = [*launcher(p), str(BIN / "fullgraph"), "minibatch", "--dataset", name]
+    mini += ["--root", str(root), "--fanouts", args.fanouts]
+    mini += ["--batch-size", str(s["batch_size"]), "--lr", str(s["mb_lr"])]
+    mini += ["--epochs", str(mb_epochs), *model]
+    variants = [
+        ("full-batch", "full", full),
+        ("full-batch unpruned", "full-unpruned", unpruned),
+        ("mini-batch", "mini", mini),
+    ]
+    if p > 1:  # halo compression only exists between ranks
+        int8 = [*full, "--compress-fwd", "int8", "--compress-bwd", "int8"]
+        variants.insert(1, ("full-batch int8", "full-int8", int8))
+    prefix = base[: base.index("--model")]
+    for method, m in prop.METHODS.items():
+        cmd = prop.method_command(method, prefix, s, model, args.epoch_scale)
+        variants.append((method, m.tag, cmd))
+    return variants
+
+
+def chosen_methods(text: str) -> set[str]:
+    """The methods of ``--methods`` (comma-separated; ``all``: every one but :data:`SHORT`'s);
+    an unknown one stops the bench naming those it knows."""
+    methods = {m.strip() for m in text.split(",") if m.strip()}
+    if "all" in methods:
+        methods = (methods - {"all"}) | (set(METHODS) - SHORT)
+    if methods - set(METHODS):
+        raise SystemExit(
+            f"unknown method(s) {sorted(methods - set(METHODS))}; known: all, {', '.join(METHODS)}"
+        )
+    return methods
+
+
+def parser() -> argparse.ArgumentParser:
+    """The bench's command line."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", default=",".join(SETTINGS))
     ap.add_argument("--ranks", default="1,2")
@@ -234,9 +322,16 @@ def main() -> int:
     ap.add_argument(
         "--methods",
         default="full-batch,full-batch int8,mini-batch",
-        help="which methods to run (full-batch int8 = int8 halo compression both ways, P > 1; "
-        "full-batch unpruned = --prune off for --short-epochs epochs: what receptive-field "
-        "pruning saves per epoch, not part of the target)",
+        help="which methods to run, or all (full-batch int8 = int8 halo compression both ways, "
+        "P > 1; full-batch unpruned = --prune off for --short-epochs epochs: what "
+        "receptive-field pruning saves per epoch, not part of the target; "
+        f"{', '.join(prop.METHODS)}: exact propagation, bench/propagation_methods.py)",
+    )
+    ap.add_argument(
+        "--target",
+        choices=("best", "mini-batch"),
+        default="best",
+        help="98%% of the best final test accuracy of every run (best) or of mini-batch's",
     )
     ap.add_argument("--reuse", action="store_true", help="reuse complete logs of earlier runs")
     ap.add_argument(
@@ -248,7 +343,12 @@ def main() -> int:
         help="more `fullgraph train` flags for the full-batch runs (after the dataset's "
         "--lr: they win), e.g. the recipe of bench.recipe_sweep: --fb-flags='--dropout 0.2'",
     )
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> int:
+    """Run every (dataset, P, method), then write CSV rows, charts and a summary table."""
+    args = parser().parse_args()
     out = Path(args.out)
     work = out / "fullbatch_vs_minibatch"
     work.mkdir(parents=True, exist_ok=True)
@@ -257,65 +357,52 @@ def main() -> int:
     if unknown:
         raise SystemExit(f"unknown dataset(s) {unknown}; known: {', '.join(SETTINGS)}")
     ranks_list = [int(r) for r in args.ranks.split(",")]
-    methods = {m.strip() for m in args.methods.split(",")}
+    methods = chosen_methods(args.methods)
     roots = prepare_root(work / "data", names, Path(args.synth_root))
     layers = len(args.fanouts.split(","))
-    model = ["--hidden", str(args.hidden), "--dropout", "0.5", "--input-dropout", "0"]
-    model += ["--weight-decay", "0", "--seed", "0", "--threads", str(args.threads), "--quiet"]
-    model += ["--precision", args.precision]
     csv = CSVWriter(out / "fullbatch_vs_minibatch.csv")
     env_note = f"{os.cpu_count()} cores, {args.threads} thread(s) per rank"
     table = []
     for name in names:
-        s = SETTINGS[name]
-        fb_epochs = max(1, round(s["fb_epochs"] * args.epoch_scale))
-        mb_epochs = max(1, round(s["mb_epochs"] * args.epoch_scale))
         runs: dict = {}
         for p in ranks_list:
-            parts_root = Path(args.parts_root) if args.parts_root else work / "parts"
-            parts = parts_root / f"{name}-{p}"
-            base = [*launcher(p), str(BIN / "fullgraph"), "train", "--parts", str(parts)]
-            base += ["--model", "sage", "--layers", str(layers), "--lr", str(s["fb_lr"]), *model]
-            every = args.fb_eval_every or s.get("fb_eval_every", 1)
-            base += ["--eval-every", str(every), *shlex.split(args.fb_flags)]
-            full = [*base, "--epochs", str(fb_epochs)]
-            unpruned = [*base, "--epochs", str(args.short_epochs), "--prune", "off"]
-            mini = [*launcher(p), str(BIN / "fullgraph"), "minibatch", "--dataset", name]
-            mini += ["--root", str(roots[name]), "--fanouts", args.fanouts]
-            mini += ["--batch-size", str(s["batch_size"]), "--lr", str(s["mb_lr"])]
-            mini += ["--epochs", str(mb_epochs), *model]
-            variants = [
-                ("full-batch", "full", full),
-                ("full-batch unpruned", "full-unpruned", unpruned),
-                ("mini-batch", "mini", mini),
-            ]
-            if p > 1:  # halo compression only exists between ranks
-                int8 = [*full, "--compress-fwd", "int8", "--compress-bwd", "int8"]
-                variants.insert(1, ("full-batch int8", "full-int8", int8))
+            parts = (Path(args.parts_root) if args.parts_root else work / "parts") / f"{name}-{p}"
+            variants = commands(args, name, p, roots[name], parts)
             for method, tag, cmd in variants:
                 if method not in methods:
                     continue
                 log = work / f"{name}-P{p}-{tag}.jsonl"
                 if args.reuse and log.is_file() and '"final": true' in log.read_text():
                     print(f"[{name} P={p}] {method}: reusing {log}", flush=True)
-                    runs[(method, p)] = (*read_log(log), float("nan"))
+                    runs[(method, p)] = (*read_log(log), float("nan"), prop.load_precompute(log))
                     continue
-                if tag.startswith("full") and not (parts / "meta.json").is_file():
+                if method != "mini-batch" and not (parts / "meta.json").is_file():
                     part_cmd = [str(BIN / "fullgraph"), "partition", "--dataset", name]
                     part_cmd += ["--root", str(roots[name]), "--parts", str(p)]
                     run([*part_cmd, "--out", str(parts), "--force"], args.timeout)
                 cmd = [*cmd, "--log-json", str(log)]
                 print(f"[{name} P={p}] {method}: {' '.join(cmd)}", flush=True)
+                started = time.time()
                 wall = run(cmd, args.timeout)
-                runs[(method, p)] = (*read_log(log), wall)
-        target = 0.98 * max(
-            final["test_acc"] for (m, _), (_, final, _) in runs.items() if m not in SHORT
-        )
-        for (method, p), (epochs, final, wall) in sorted(runs.items()):
-            stats = summarise(epochs, final, target)
+                pre = 0.0
+                if method in prop.METHODS and prop.METHODS[method].precompute:
+                    pre = prop.precompute_seconds(parts, started)
+                    prop.save_precompute(log, pre)
+                runs[(method, p)] = (*read_log(log), wall, pre)
+        finals = [(m, f["test_acc"]) for (m, _), (_, f, _, _) in runs.items() if m not in SHORT]
+        if args.target == "mini-batch":
+            finals = [(m, acc) for m, acc in finals if m == "mini-batch"]
+            if not finals:
+                raise SystemExit("--target mini-batch needs mini-batch in --methods")
+        target = 0.98 * max(acc for _, acc in finals)
+        for (method, p), (epochs, final, wall, pre) in sorted(runs.items()):
+            stats = summarise(epochs, final, target, pre, method)
             units = {
                 "time_to_target_s": "s",
                 "wall_to_target_s": "s",
+                "precompute_s": "s",
+                "epochs_to_target": "epochs",
+                "eval_to_target_s": "s",
                 "median_epoch_s": "s",
                 "final_test_acc": "acc",
                 "peak_rss_mb": "MiB",
@@ -332,23 +419,15 @@ def main() -> int:
                     ranks=p,
                 )
             table.append((name, method, p, target, stats, len(epochs), wall))
-        plot(name, {k: v[:2] for k, v in runs.items()}, target, out / f"fbmb_{name}.png")
+        plots = {k: (v[0], v[3]) for k, v in runs.items()}
+        plot(name, plots, target, out / f"fbmb_{name}.png")
+    whose = "mini-batch's" if args.target == "mini-batch" else "the best"
     print(
-        f"\nGraphSAGE mean, {layers} layers, hidden {args.hidden}, fanouts {args.fanouts}; "
-        f"{env_note}; target = 98% of the best final test accuracy per dataset"
+        f"\nGraphSAGE mean, {layers} layers, hidden {args.hidden}, fanouts {args.fanouts} (the "
+        f"propagation methods: bench/propagation_methods.py); {env_note}; target = 98% of "
+        f"{whose} final test accuracy per dataset"
     )
-    print(
-        f"{'dataset':18} {'method':19} {'P':>2} {'target':>7} {'to target s':>11} "
-        f"{'+eval s':>8} {'median ep s':>11} {'final acc':>9} {'peak MiB':>8} {'epochs':>6} "
-        f"{'wall s':>7}"
-    )
-    for name, method, p, target, st, n_ep, wall in table:
-        print(
-            f"{name:18} {method:19} {p:>2} {target:7.4f} {st['time_to_target_s']:11.2f} "
-            f"{st['wall_to_target_s']:8.1f} "
-            f"{st['median_epoch_s']:11.3f} {st['final_test_acc']:9.4f} "
-            f"{st['peak_rss_mb']:8.0f} {n_ep:6d} {wall:7.1f}"
-        )
+    print(prop.table_text(table))
     print(f"\nCSV: {csv.path}; charts: {out}/fbmb_<dataset>.png; logs: {work}")
     print(f"reproduce with: {command_line()}")
     if not args.parts_root:
