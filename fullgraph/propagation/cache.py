@@ -168,18 +168,25 @@ class HopCache:
             ConfigError: the file holds another shape or dtype than ``out`` (one line).
         """
         path = self.entry(key) / part_name(rank)
+        fmt = np.lib.format
+        # read() into ``out``, not a memory map: a map's pages would count as this rank's
+        # resident memory beside ``out`` (twice the hops) until it is closed
         try:
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+            with open(path, "rb") as f:
+                major, _ = fmt.read_magic(f)
+                read_header = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+                shape, fortran, dtype = read_header(f)
+                if dtype != np.float32 or fortran or tuple(shape) != tuple(out.shape):
+                    raise _refusal(
+                        path, f"holds {dtype} {list(shape)}, expected float32 {list(out.shape)}"
+                    )
+                data = memoryview(out.numpy()).cast("B")
+                step = WRITE_ROWS * max(1, out.shape[1]) * 4
+                for lo in range(0, len(data), step):
+                    if f.readinto(data[lo : lo + step]) != min(step, len(data) - lo):
+                        raise _refusal(path, "ends before its rows do (truncated)")
         except (OSError, ValueError, EOFError) as exc:
             raise _refusal(path, f"not a readable .npy file ({one_line(exc)})") from None
-        if arr.dtype != np.float32 or tuple(arr.shape) != tuple(out.shape):
-            raise _refusal(
-                path, f"holds {arr.dtype} {list(arr.shape)}, expected float32 {list(out.shape)}"
-            )
-        view = out.numpy()
-        for lo in range(0, arr.shape[0], WRITE_ROWS):
-            view[lo : lo + WRITE_ROWS] = arr[lo : lo + WRITE_ROWS]
-        del arr
 
     def store(self, key: HopKey, rank: int, rows: torch.Tensor) -> dict[str, Any]:
         """Write rank ``rank``'s hop rows of ``key`` atomically (no collective).
