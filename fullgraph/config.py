@@ -237,6 +237,16 @@ def check_probability(option: str, value: float | None, *, optional: bool = Fals
     check_number(option, value, low=0.0, high=1.0, high_open=True, optional=optional)
 
 
+def check_alpha(option: str, value: float | None) -> None:
+    """A propagation's alpha (APPNP's teleport, Correct & Smooth's steps): unset, or a finite
+    number in ``(0, 1]``."""
+    if value is None:
+        return
+    check_number(option, value)
+    if not 0.0 < value <= 1.0:
+        raise ConfigError(f"{option} must be in (0, 1], not {value:g}")
+
+
 def check_timeout(option: str, value: float) -> None:
     """A timeout in seconds: finite and positive."""
     check_number(option, value, low=0.0, low_open=True)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from fullgraph.config import Config, check_number, option
+from fullgraph.config import Config, check_alpha, check_number, option
 from fullgraph.distributed.halo import HaloPlan, aggregate_rows
 from fullgraph.distributed.split_operator import SplitOperator
 from fullgraph.distributed.tree_sum import BlockLayout, row_sum, tree_root
@@ -76,15 +76,6 @@ def _check_cs_layers(name: str, value: int | None) -> None:
             f"{name} {value} is beyond the {MAX_CS_LAYERS} steps Correct & Smooth runs (every "
             f"step is a halo exchange; label propagation converges within tens of steps)"
         )
-
-
-def _check_cs_alpha(name: str, value: float | None) -> None:
-    """A propagation's alpha: unset, or in (0, 1]."""
-    if value is None:
-        return
-    check_number(name, value)
-    if not 0.0 < value <= 1.0:
-        raise ConfigError(f"{name} must be in (0, 1], not {value:g}")
 
 
 def parse_scale(text: str) -> str | float:
@@ -133,8 +124,8 @@ class CorrectSmoothParams:
     def __post_init__(self) -> None:
         _check_cs_layers("--correction-layers", self.correction_layers)
         _check_cs_layers("--smoothing-layers", self.smoothing_layers)
-        _check_cs_alpha("--correction-alpha", self.correction_alpha)
-        _check_cs_alpha("--smoothing-alpha", self.smoothing_alpha)
+        check_alpha("--correction-alpha", self.correction_alpha)
+        check_alpha("--smoothing-alpha", self.smoothing_alpha)
         _check_scale("--correction-scale", self.scale)
 
     @property
@@ -173,7 +164,7 @@ _OPTIONS: dict[str, dict[str, Any]] = {
         default=None,
         help=f"C&S: alpha of the error's propagation, in (0, 1] (default "
         f"{DEFAULT_CORRECTION_ALPHA:g})",
-        check=_check_cs_alpha,
+        check=check_alpha,
     ),
     "smoothing_layers": dict(
         default=None,
@@ -186,7 +177,7 @@ _OPTIONS: dict[str, dict[str, Any]] = {
         default=None,
         help=f"C&S: alpha of the labels' propagation, in (0, 1] (default "
         f"{DEFAULT_SMOOTHING_ALPHA:g})",
-        check=_check_cs_alpha,
+        check=check_alpha,
     ),
     "correction_scale": dict(
         default=None,

@@ -22,6 +22,7 @@ from fullgraph.config import (
     PROBABILITY,
     SEED,
     Config,
+    check_alpha,
     check_number,
     check_path,
     number,
@@ -133,15 +134,6 @@ def _check_hops(name: str, value: int | None) -> None:
         )
 
 
-def _check_alpha(name: str, value: float | None) -> None:
-    """``--alpha``: unset, or in (0, 1]."""
-    if value is None:
-        return
-    check_number(name, value)
-    if not 0.0 < value <= 1.0:
-        raise ConfigError(f"{name} must be in (0, 1], not {value:g}")
-
-
 def _check_propagation(name: str, value: str | None) -> None:
     """``--propagation``: unset, or one of :data:`PROPAGATIONS`."""
     if value is not None and value not in PROPAGATIONS:
@@ -203,7 +195,7 @@ class TrainConfig(InputDropoutConfig, CorrectSmoothFields, Config):
         None,
         "teleport probability of personalised-PageRank propagation, in (0, 1] (appnp, and "
         "--propagation ppr; default 0.1)",
-        check=_check_alpha,
+        check=check_alpha,
     )
     propagation: str | None = option(
         None,
