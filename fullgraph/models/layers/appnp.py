@@ -35,20 +35,24 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from fullgraph.config import check_number
-from fullgraph.errors import ConfigError
+from fullgraph.config import check_alpha, check_number
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
-from fullgraph.models.layers.base import GraphLayer, LayerOptions, PygExport, register_layer
+from fullgraph.models.layers.base import (
+    DEFAULT_ALPHA,
+    GraphLayer,
+    LayerOptions,
+    PygExport,
+    register_layer,
+)
 from fullgraph.models.layers.gcn import GCNLayer
 from fullgraph.models.layers.mlp import MLPLayer
 
 if TYPE_CHECKING:
     from fullgraph.partition import Partition
 
-#: PyG's ``examples/appnp.py`` and the paper: ``K = 10`` steps, teleport ``alpha = 0.1``.
+#: PyG's ``examples/appnp.py`` and the paper: ``K = 10`` steps (teleport: ``DEFAULT_ALPHA``).
 DEFAULT_HOPS = 10
-DEFAULT_ALPHA = 0.1
 
 
 def propagation_steps(options: LayerOptions) -> tuple[int, float]:
@@ -60,9 +64,7 @@ def propagation_steps(options: LayerOptions) -> tuple[int, float]:
     hops = DEFAULT_HOPS if options.hops is None else options.hops
     alpha = DEFAULT_ALPHA if options.alpha is None else options.alpha
     check_number("--hops", hops, low=1, integer=True)
-    check_number("--alpha", alpha)
-    if not 0.0 < alpha <= 1.0:
-        raise ConfigError(f"--alpha must be in (0, 1], not {alpha:g}")
+    check_alpha("--alpha", alpha)
     return int(hops), float(alpha)
 
 

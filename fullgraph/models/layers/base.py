@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 #: ``D^-1/2 A D^-1/2`` without self-loops (PyG's ``transforms.SIGN``).
 PROPAGATIONS = ("gcn", "mean", "ppr", "sym")
 
+#: The teleport probability of personalised-PageRank propagation when ``--alpha`` is not given
+#: (APPNP's published default; ``appnp`` and ``--propagation ppr``).
+DEFAULT_ALPHA = 0.1
+
 #: Registered layer kinds by name.
 LAYERS: dict[str, type[GraphLayer]] = {}
 

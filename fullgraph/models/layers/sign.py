@@ -36,12 +36,15 @@ from torch import nn
 from fullgraph.errors import ConfigError
 from fullgraph.kernels import CSRMatrix
 from fullgraph.models.context import GraphContext
-from fullgraph.models.layers.base import GraphLayer, LayerOptions, PygExport, register_layer
+from fullgraph.models.layers.base import (
+    DEFAULT_ALPHA,
+    GraphLayer,
+    LayerOptions,
+    PygExport,
+    register_layer,
+)
 from fullgraph.models.layers.mlp import MLPLayer
 from fullgraph.models.mixed_linear import mixed_linear
-
-#: ``ppr``'s teleport probability when ``--alpha`` is not given (APPNP's published default).
-DEFAULT_ALPHA = 0.1
 
 
 def _hops_of(precomputed: torch.Tensor | None, kind: str) -> torch.Tensor:
