@@ -1,0 +1,212 @@
+"""The supervision edges of a link-prediction dataset: :class:`LinkSplit`.
+
+A link-prediction dataset is a message-passing graph (a :class:`~fullgraph.datasets.graph.
+Graph` holding the training edges only) plus held-out edges to score. :class:`LinkSplit` holds
+the latter in global node ids, in OGB's linkprop conventions:
+
+- ``edges[s]`` for ``s`` in ``train``, ``valid``, ``test``: int64 ``[E_s, 2]`` positive pairs
+  ``(source, target)``; an undirected edge appears once;
+- ``negatives[s]`` for ``valid`` and ``test``: either fixed negative pairs int64 ``[N_s, 2]``
+  (ogbl-collab, -ppa, -ddi's ``edge_neg``; the GAE protocol's sampled non-edges), or, with
+  ``per_edge_negatives``, int64 ``[E_s, K]`` negative *targets* of each positive's source
+  (ogbl-citation2's ``target_node_neg``: the positive ranks among its own K negatives);
+- ``metric``: what the split is scored by (:data:`LINK_METRICS`): ``hits@K`` (OGB's Hits@K:
+  the share of positives scored above the K-th best negative), ``mrr`` (per-edge negatives),
+  ``auc`` (ROC-AUC and average precision, the GAE protocol).
+
+:meth:`LinkSplit.check` refuses, in one line each, pairs out of range, self-pairs and duplicate
+pairs where OGB forbids them, negatives that are positives, and :func:`leaked_edges` counts the
+held-out positives still present in a message-passing graph (a leak).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fullgraph.errors import DataError
+
+#: The splits of a link dataset, in the order messages name them.
+LINK_SPLITS = ("train", "valid", "test")
+#: The splits with negatives to score.
+EVAL_SPLITS = ("valid", "test")
+#: OGB's metric per linkprop dataset (``ogb.linkproppred``'s master table); other names: ``auc``.
+LINK_METRICS = {
+    "ogbl-collab": "hits@50",
+    "ogbl-ppa": "hits@100",
+    "ogbl-ddi": "hits@20",
+    "ogbl-citation2": "mrr",
+}
+
+
+def link_metric(name: str, per_edge_negatives: bool) -> str:
+    """The metric a link dataset named ``name`` is scored by: OGB's for its own names
+    (:data:`LINK_METRICS`), ``mrr`` for per-edge negatives, else ``auc`` (the GAE protocol)."""
+    if name in LINK_METRICS:
+        return LINK_METRICS[name]
+    return "mrr" if per_edge_negatives else "auc"
+
+
+def pair_keys(pairs: np.ndarray, num_nodes: int, undirected: bool) -> np.ndarray:
+    """One int64 key per pair (``u * n + v``; undirected: of ``(min, max)``), for set tests."""
+    u, v = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
+    if undirected:
+        u, v = np.minimum(u, v), np.maximum(u, v)
+    return u * np.int64(num_nodes) + v
+
+
+def leaked_edges(pairs: np.ndarray, indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> int:
+    """How many of ``pairs`` (held-out positives) are an edge, in either direction, of the
+    message-passing graph in CSR (``indices[indptr[v]:indptr[v+1]]`` the sources of ``v``)."""
+    if len(pairs) == 0:
+        return 0
+    rows = np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr))
+    graph = np.unique(rows * np.int64(num_nodes) + np.asarray(indices, dtype=np.int64))
+    u, v = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
+    forward = np.isin(v * np.int64(num_nodes) + u, graph)  # edge u -> v: source u of row v
+    backward = np.isin(u * np.int64(num_nodes) + v, graph)
+    return int(np.count_nonzero(forward | backward))
+
+
+@dataclass
+class LinkSplit:
+    """Supervision edges of a link-prediction dataset (global node ids, int64).
+
+    Attributes:
+        name: the dataset's name (picks OGB's metric).
+        num_nodes: nodes of the graph.
+        edges: ``train`` / ``valid`` / ``test`` -> ``[E_s, 2]`` positive pairs.
+        negatives: ``valid`` / ``test`` -> ``[N_s, 2]`` negative pairs, or with
+            ``per_edge_negatives`` ``[E_s, K]`` negative targets of each positive's source.
+        per_edge_negatives: the negatives' layout (above).
+        undirected: a pair stands for both directions (duplicates and collisions are tested
+            on ``(min, max)``); OGB's citation2 is directed.
+        metric: ``hits@K``, ``mrr`` or ``auc`` (default: :func:`link_metric`).
+        edge_weight: optional ``train`` / ``valid`` / ``test`` -> float32 ``[E_s]`` (collab's
+            ``weight``), kept as OGB ships it.
+    """
+
+    name: str
+    num_nodes: int
+    edges: dict[str, np.ndarray]
+    negatives: dict[str, np.ndarray]
+    per_edge_negatives: bool = False
+    undirected: bool = True
+    metric: str = ""
+    edge_weight: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.metric:
+            self.metric = link_metric(self.name, self.per_edge_negatives)
+
+    @property
+    def num_negatives_per_edge(self) -> int:
+        """K of per-edge negatives (0 for negative pairs)."""
+        if not self.per_edge_negatives or "test" not in self.negatives:
+            return 0
+        return int(self.negatives["test"].shape[1])
+
+    def negative_pairs(self, split: str) -> np.ndarray:
+        """The negatives of ``split`` as ``[N, 2]`` pairs (per-edge targets paired with their
+        positive's source, positive by positive)."""
+        neg = self.negatives[split]
+        if not self.per_edge_negatives:
+            return neg
+        src = np.repeat(self.edges[split][:, 0], neg.shape[1])
+        return np.stack([src, neg.reshape(-1)], axis=1)
+
+    def check(self, where: str = "") -> LinkSplit:
+        """Refuse a malformed split in one line (:class:`~fullgraph.errors.DataError`).
+
+        Checked: every split present with int64-convertible ``[E, 2]`` pairs (``[E, K]``
+        per-edge negatives with ``E`` the split's positives), ids in ``[0, num_nodes)``, no
+        self-pair, no duplicate positive across or within splits, no negative that is a
+        positive of any split.
+
+        Returns:
+            ``self``.
+        """
+        at = f"{where}: " if where else ""
+        n = int(self.num_nodes)
+        keys: dict[str, np.ndarray] = {}
+        for s in LINK_SPLITS:
+            if s not in self.edges:
+                raise DataError(f"{at}the link split has no {s!r} edges")
+            pairs = np.asarray(self.edges[s])
+            if pairs.ndim != 2 or pairs.shape[1] != 2:
+                raise DataError(f"{at}{s} edges must be [E, 2], got shape {pairs.shape}")
+            self.edges[s] = pairs = pairs.astype(np.int64, copy=False)
+            _check_range(pairs, n, f"{at}{s} edge")
+            self_pairs = np.flatnonzero(pairs[:, 0] == pairs[:, 1])
+            if len(self_pairs):
+                e = int(self_pairs[0])
+                raise DataError(
+                    f"{at}{s} edge {e} is a self-pair ({pairs[e, 0]}, {pairs[e, 1]}); "
+                    f"{len(self_pairs)} in all"
+                )
+            k = pair_keys(pairs, n, self.undirected)
+            uniq, first, counts = np.unique(k, return_index=True, return_counts=True)
+            if np.any(counts > 1):
+                e = int(first[np.argmax(counts > 1)])
+                raise DataError(
+                    f"{at}{s} edge ({pairs[e, 0]}, {pairs[e, 1]}) appears "
+                    f"{int(counts.max())} times; {int((counts > 1).sum())} duplicated pairs"
+                )
+            keys[s] = uniq
+        for i, a in enumerate(LINK_SPLITS):
+            for b in LINK_SPLITS[i + 1 :]:
+                both = np.intersect1d(keys[a], keys[b])
+                if len(both):
+                    u, v = divmod(int(both[0]), n)
+                    raise DataError(
+                        f"{at}{len(both)} edges are in both {a} and {b}, e.g. ({u}, {v})"
+                    )
+        positives = np.concatenate([keys[s] for s in LINK_SPLITS])
+        for s in EVAL_SPLITS:
+            if s not in self.negatives:
+                raise DataError(f"{at}the link split has no {s!r} negatives")
+            neg = np.asarray(self.negatives[s]).astype(np.int64, copy=False)
+            if self.per_edge_negatives:
+                if neg.ndim != 2 or neg.shape[0] != len(self.edges[s]):
+                    raise DataError(
+                        f"{at}{s} per-edge negatives must be [{len(self.edges[s])}, K], got "
+                        f"shape {neg.shape}"
+                    )
+            elif neg.ndim != 2 or neg.shape[1] != 2:
+                raise DataError(f"{at}{s} negatives must be [N, 2], got shape {neg.shape}")
+            self.negatives[s] = neg
+            pairs = self.negative_pairs(s)
+            _check_range(pairs, n, f"{at}{s} negative")
+            hit = np.isin(pair_keys(pairs, n, self.undirected), positives)
+            if hit.any():
+                e = int(np.argmax(hit))
+                raise DataError(
+                    f"{at}{int(hit.sum())} {s} negatives are positive edges, e.g. "
+                    f"({pairs[e, 0]}, {pairs[e, 1]})"
+                )
+        return self
+
+    def check_no_leak(self, indptr: np.ndarray, indices: np.ndarray, where: str = "") -> None:
+        """Refuse a split whose held-out positives (``valid``, ``test``) are still edges of
+        the message-passing graph (CSR of incoming edges), in one line naming how many."""
+        for s in EVAL_SPLITS:
+            count = leaked_edges(self.edges[s], indptr, indices, int(self.num_nodes))
+            if count:
+                at = f"{where}: " if where else ""
+                raise DataError(
+                    f"{at}{count} of {len(self.edges[s])} {s} edges are still in the "
+                    f"message-passing graph (a leak): held-out edges must leave it in both "
+                    f"directions (`fullgraph data linksplit` writes such a split)"
+                )
+
+
+def _check_range(pairs: np.ndarray, n: int, what: str) -> None:
+    """One line for the first id of ``pairs`` outside ``[0, n)``."""
+    bad = np.flatnonzero((pairs < 0).any(axis=1) | (pairs >= n).any(axis=1))
+    if len(bad):
+        e = int(bad[0])
+        raise DataError(
+            f"{what} {e} ({pairs[e, 0]}, {pairs[e, 1]}) is out of range for {n} nodes; "
+            f"{len(bad)} in all"
+        )
