@@ -14,6 +14,8 @@ facebook, github              MUSAE ``edges.csv``, ``target.csv`` (+ ``features.
                               directories (and names) they are distributed under,
                               ``facebook_page_page``, ``github_musae``, are accepted too
 ogbn-<anything>               OGB node-property layout (``edge.csv.gz`` ...)
+ogbl-<anything>               OGB link-property layout: the message-passing graph
+                              (:mod:`fullgraph.datasets.ogb_link`; ``load_link_split``)
 any other name                OGB layout with fullgraph's ``meta.json`` marker (``data synth``)
 ============================  =============================================================
 """
@@ -130,6 +132,17 @@ def load(
             seed=seed,
             **extra,
         )
+    from fullgraph.datasets.ogb_link import is_link_dataset, read_ogb_link
+
+    if is_link_dataset(root, name):
+        return read_ogb_link(
+            root,
+            name,
+            symmetric=symmetric,
+            remove_self_loops=remove_self_loops,
+            cache=cache,
+            mmap=mmap,
+        )
     if name.startswith("ogbn-") or (d / "meta.json").is_file():
         from fullgraph.datasets.ogb import read_ogb
 
@@ -144,7 +157,7 @@ def load(
     hint = f" ({d} is not a fullgraph dataset directory)" if d.is_dir() else ""
     raise DataError(
         f"unknown dataset {name!r}{hint}; known: {', '.join(KNOWN_NAMES)}, ogbn-<name>, "
-        f"or a name written by `fullgraph data synth`"
+        f"ogbl-<name>, or a name written by `fullgraph data synth`"
     )
 
 
