@@ -81,6 +81,11 @@ class TrainCommand(Command):
             self.parts.check_ranks(size, f"run `{self.launch.relaunch(self.parts.num_parts)}`")
             meta = self.parts.meta
             resolve_metric(self.config.metric, meta["dataset"], int(meta["num_classes"]))
+            if self.config.task == "link" and not meta.get("link"):
+                raise ConfigError(
+                    f"--task link: {self.parts.root} carries no supervision edges (partition a "
+                    f"link dataset: `fullgraph data linksplit`, then `fullgraph partition`)"
+                )
             if self.config.edge_weight and not meta.get("edge_weight", False):
                 raise ConfigError(
                     f"--edge-weight: {self.parts.root} stores no edge weights (partition a "
@@ -135,17 +140,20 @@ class TrainCommand(Command):
             verify=not data.no_verify,
             quiet=job.run.quiet,
         )
+        kwargs: dict[str, Any] = dict(
+            checkpoints=job.checkpoints,
+            device=job.device,
+            precision=self.precision,
+            hop_cache=hop_cache,
+        )
         with phase("model set-up"):
-            trainer = Trainer(
-                part,
-                comm,
-                cfg,
-                job.run,
-                checkpoints=job.checkpoints,
-                device=job.device,
-                precision=self.precision,
-                hop_cache=hop_cache,
-            )
+            if cfg.task == "link":
+                from fullgraph.training.link_trainer import LinkTrainer, part_links
+
+                links, link = job.agree(lambda p=part: part_links(p, data.dataset, data.root))
+                trainer = LinkTrainer(part, comm, cfg, links, link, run=job.run, **kwargs)
+            else:
+                trainer = Trainer(part, comm, cfg, job.run, **kwargs)
         trainer.data_label = data.label
         partition_hash = part.partition_hash
         split = part.meta.get("split")  # which of the dataset's fixed splits (None: its only one)

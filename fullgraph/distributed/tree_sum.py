@@ -309,6 +309,25 @@ class BlockGradients:
         self.loss_divisor = float(divisor)
         self.loss = self.layout.partials(lambda rows: row_sum(rows).reshape(1), values)
 
+    def absorb(self, other: BlockGradients | None) -> None:
+        """Take ``other``'s stacks and loss (partials over other rows, e.g. a link step's
+        pairs, in blocks of the same part: the same tree nodes) into this step's tree.
+
+        Raises:
+            ValueError: ``other``'s blocks are not this tree's, or both hold a loss or the
+                same parameter.
+        """
+        if other is None:
+            return
+        if other.layout.labels != self.layout.labels:
+            raise ValueError("absorb: the two trees hold different blocks")
+        if set(other._stacks) & set(self._stacks) or (other.loss and self.loss):
+            raise ValueError("absorb: both trees hold the same parameter or a loss")
+        self._stacks.update(other._stacks)
+        self._params.update(other._params)
+        if other.loss is not None:
+            self.loss, self.loss_divisor = other.loss, other.loss_divisor
+
     def add_global(self, param: torch.Tensor, grad: torch.Tensor) -> None:
         """Add ``grad`` to ``param``'s gradient as it is: a sum over every rank's rows taken
         already (a root of the block tree, e.g. inside a layer's backward that needed it

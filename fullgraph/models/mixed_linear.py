@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from fullgraph.distributed.tree_sum import BlockGradients, active_gradients, row_sum
-from fullgraph.kernels.block_product import block_product
+from fullgraph.kernels.block_product import block_product, row_product
 
 
 class MixedLinearFunction(torch.autograd.Function):
@@ -69,9 +69,14 @@ class BlockLinearFunction(torch.autograd.Function):
         bias: torch.Tensor | None,
         dtype: torch.dtype | None,
         tree: BlockGradients,
+        rows: bool = False,
     ) -> torch.Tensor:
         """The product as :func:`mixed_linear` computes it."""
-        if dtype is None:
+        if dtype is None and rows:
+            out = row_product(h, weight)
+            out = out if bias is None else out + bias
+            h_in = h
+        elif dtype is None:
             out = F.linear(h, weight, bias)
             h_in = h
         else:
@@ -80,7 +85,7 @@ class BlockLinearFunction(torch.autograd.Function):
             if bias is not None:
                 out = out + bias
         ctx.save_for_backward(h_in, weight)
-        ctx.tree, ctx.params, ctx.dtype = tree, (weight, bias), dtype
+        ctx.tree, ctx.params, ctx.dtype, ctx.rows = tree, (weight, bias), dtype, rows
         return out
 
     @staticmethod
@@ -95,11 +100,11 @@ class BlockLinearFunction(torch.autograd.Function):
         n = int(dy.shape[0])
         low = ctx.dtype
         g = dy if low is None else dy.to(low)
-        dh = (
-            torch.mm(g, weight if low is None else weight.to(low))
-            if ctx.needs_input_grad[0]
-            else None
-        )
+        dh = None
+        if ctx.needs_input_grad[0] and ctx.rows and low is None:
+            dh = row_product(g, weight.t())
+        elif ctx.needs_input_grad[0]:
+            dh = torch.mm(g, weight if low is None else weight.to(low))
         dw = db = None
         dy_ordered = None  # float32 dY in block order, gathered once for the bias too
         if ctx.needs_input_grad[1]:
@@ -118,7 +123,7 @@ class BlockLinearFunction(torch.autograd.Function):
                     tree.add(b_param, row_sum, dy_ordered, ordered=True)
             else:
                 db = dy.sum(0)
-        return dh, dw, db, None, None
+        return dh, dw, db, None, None, None
 
 
 def mixed_linear(
@@ -126,6 +131,7 @@ def mixed_linear(
     weight: torch.Tensor,
     dtype: torch.dtype | None,
     bias: torch.Tensor | None = None,
+    rows: bool = False,
 ) -> torch.Tensor:
     """``h W^T + b``: the product in ``dtype`` forward and float32 backward, or ``F.linear``
     when ``dtype`` is ``None``.
@@ -135,6 +141,10 @@ def mixed_linear(
         weight: float32 [out, in].
         dtype: the forward product's dtype (the plan's ``row_dtype``), or ``None``.
         bias: float32 [out] (added in float32), or ``None``.
+        rows: every output row a fixed function of its input row alone, however many rows
+            (:func:`~fullgraph.kernels.block_product.row_product`, forward and ``dY W``):
+            for rows that are not a part's nodes (a link step's pairs, whose count per rank
+            varies with the rank count in other ways).
 
     Inside a training step whose block tree is in force
     (:func:`~fullgraph.distributed.tree_sum.collecting`), a leaf ``weight`` applied to every
@@ -145,7 +155,10 @@ def mixed_linear(
     """
     tree = active_gradients()
     if tree is not None and tree.handles(weight, int(h.shape[0])):
-        return BlockLinearFunction.apply(h, weight, bias, dtype, tree)
+        return BlockLinearFunction.apply(h, weight, bias, dtype, tree, rows)
+    if dtype is None and rows:
+        out = row_product(h, weight)
+        return out if bias is None else out + bias
     if dtype is None:
         return F.linear(h, weight, bias)
     out = MixedLinearFunction.apply(h, weight, dtype)

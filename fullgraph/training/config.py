@@ -44,6 +44,7 @@ from fullgraph.models.layers import (
 )
 from fullgraph.models.layers.base import PROPAGATIONS
 from fullgraph.models.layers.sage import AGGREGATIONS
+from fullgraph.models.link_decoder import DECODERS
 from fullgraph.models.norm import NORMS
 from fullgraph.precision import precision_option
 from fullgraph.propagation.correct_smooth import CorrectSmoothFields, correct_smooth_option
@@ -139,6 +140,9 @@ def _check_propagation(name: str, value: str | None) -> None:
     if value is not None and value not in PROPAGATIONS:
         raise ConfigError(f"{name} must be one of {', '.join(PROPAGATIONS)}, not {value!r}")
 
+
+#: ``--task``: what a run trains.
+TASKS = ("node", "link")
 
 #: ``--sums``: the block tree (the bit-identical contract) or today's rank-order all-reduce.
 SUMS = ("tree", "rank-order")
@@ -293,11 +297,36 @@ class TrainConfig(InputDropoutConfig, CorrectSmoothFields, Config):
     smoothing_layers: int | None = correct_smooth_option("smoothing_layers")
     smoothing_alpha: float | None = correct_smooth_option("smoothing_alpha")
     correction_scale: str | float | None = correct_smooth_option("correction_scale")
+    # link prediction (fullgraph.training.link_trainer)
+    task: str = option(
+        "node", "what to train: node classification or link prediction", choices=TASKS
+    )
+    decoder: str = option(
+        "dot", "--task link: the pair score, dot product or OGB's Hadamard + MLP", choices=DECODERS
+    )
+    decoder_layers: int = option(3, "--task link: linears of --decoder mlp", check=POSITIVE_INT)
+    embed_dim: int | None = option(
+        None,
+        "--task link: the encoder's output width (default --hidden)",
+        check=OPTIONAL_POSITIVE_INT,
+    )
+    link_batch: int = option(
+        0,
+        "--task link: positive edges per optimiser step, each a full-graph forward (OGB's "
+        "recipe); 0: every training edge in one step per epoch",
+        check=number(low=0, integer=True),
+    )
+    neg_ratio: int = option(
+        1,
+        "--task link: negative pairs per positive edge, hashed from seed, epoch and edge",
+        check=POSITIVE_INT,
+    )
     extra: dict = option({}, "free-form notes kept with the config", cli=False)
 
     def check(self) -> None:
         """Rules between fields."""
         self.check_correct_smooth()
+        self.check_task()
         given = {name: getattr(self, name) for name in option_names()}
         check_options(self.model, given, self.layer_options())
         if self.error_feedback and self.compress_fwd == self.compress_bwd == "none":
@@ -311,6 +340,20 @@ class TrainConfig(InputDropoutConfig, CorrectSmoothFields, Config):
                 f"--lr-warmup {self.lr_warmup} must be below --epochs {self.epochs}: the warm-up "
                 f"would not reach --lr {self.lr:g} within the run"
             )
+
+    def check_task(self) -> None:
+        """Refuse link options without ``--task link``, and C&S with it (one line)."""
+        if self.task == "link":
+            if self.correct_smooth:
+                raise ConfigError(
+                    "--correct-smooth propagates node labels; --task link has none to propagate"
+                )
+            return
+        defaults = {"decoder": "dot", "decoder_layers": 3, "embed_dim": None}
+        defaults.update(link_batch=0, neg_ratio=1)
+        for name, default in defaults.items():
+            if getattr(self, name) != default:
+                raise ConfigError(f"--{name.replace('_', '-')} applies to --task link")
 
     def layer_options(self) -> LayerOptions:
         """The per-kind layer options, defaults resolved."""
