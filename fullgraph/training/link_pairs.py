@@ -116,10 +116,9 @@ def pair_layout(
         )
     # the block (its index in the part's layout) of every inner row
     ptr = node_layout.block_ptr
-    row_block = np.empty(node_layout.num_rows, dtype=np.int64)
-    for k in range(len(node_layout.block_ids)):
-        row_block[node_layout.block_rows[ptr[k] : ptr[k + 1]]] = k
     nb = len(node_layout.block_ids)
+    row_block = np.empty(node_layout.num_rows, dtype=np.int64)
+    row_block[node_layout.block_rows] = np.repeat(np.arange(nb, dtype=np.int64), np.diff(ptr))
     block = row_block[np.asarray(anchor_rows, dtype=np.int64)]
     missing = np.setdiff1d(np.arange(nb, dtype=np.int64), block)
     first_rows = node_layout.block_rows[ptr[missing]]
