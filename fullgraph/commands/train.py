@@ -115,7 +115,8 @@ class TrainCommand(Command):
                 with phase("memory probe"):
                     plan.measure_floor(shape.num_features, shape.num_classes)
         with phase("part loading"):
-            part = job.agree(lambda: data.load_part(self.parts, comm.rank, cfg.seed))
+            link = cfg.task == "link"
+            part = job.agree(lambda: data.load_part(self.parts, comm.rank, cfg.seed, link))
         if self.parts is None:  # one process: the sizes are known once the graph is loaded
             from fullgraph.metrics import resolve_metric
             from fullgraph.training.assembly import check_edge_weights

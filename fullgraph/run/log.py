@@ -49,6 +49,11 @@ def write_epoch(rec: dict[str, Any], log: TextIO | None, quiet: bool) -> None:
                     f" (C&S; model alone val {rec[f'base_val_{metric}']:.4f} test "
                     f"{rec[f'base_test_{metric}']:.4f})"
                 )
+    if not accs:  # link prediction: its metrics (hits@K, mrr, auc and ap), no train split
+        names = [k[4:] for k in rec if k.startswith("val_") and f"test_{k[4:]}" in rec]
+        accs = "".join(
+            f" | {m} val {rec[f'val_{m}']:.4f} test {rec[f'test_{m}']:.4f}" for m in names
+        )
     print(
         f"epoch {rec['epoch']:4d} | loss {rec['loss']:.4f}{accs} | {split_text(rec)} | "
         f"{rec['comm_bytes'] / 1e6:.3f} MB | peak {rec['peak_rss_mb']:.0f} MB",

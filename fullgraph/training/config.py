@@ -444,10 +444,13 @@ class TrainData(Config):
             return dataset_inputs(self.dataset, self.root)
         return []
 
-    def load_part(self, parts: PartitionDir | None, rank: int, seed: int) -> Partition:
+    def load_part(
+        self, parts: PartitionDir | None, rank: int, seed: int, link: bool = False
+    ) -> Partition:
         """This rank's part of ``parts``, or the whole graph as the one part of a one-process
         run (``--synthetic`` generated with ``seed``; ``part.meta`` names a fixed split, as a
-        partition's ``meta.json`` does)."""
+        partition's ``meta.json`` does; ``link``: with the dataset's link split, when it has
+        one)."""
         from fullgraph.partition import load_partition, whole_graph_part
 
         if parts is not None:
@@ -456,6 +459,8 @@ class TrainData(Config):
             from fullgraph.datasets.synthetic import generate
 
             return whole_graph_part(generate(self.synthetic, seed=seed))
-        from fullgraph.datasets import load
+        from fullgraph.datasets import load, load_link_split
 
-        return whole_graph_part(load(self.dataset, self.root, split=self.split))
+        graph = load(self.dataset, self.root, split=self.split)
+        split = load_link_split(self.dataset, self.root) if link else None
+        return whole_graph_part(graph, link=split) if split is not None else whole_graph_part(graph)

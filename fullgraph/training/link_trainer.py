@@ -19,6 +19,7 @@ the split's metric (:func:`~fullgraph.link_metrics.link_scores`) alike on every 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -131,6 +132,9 @@ class LinkTrainer(Trainer):
             )
         self.links, self.link_meta = links, meta
         self._inner_gids = np.asarray(part.global_ids[: part.num_inner], dtype=np.int64)
+        # every node may be a pair's end (negatives are drawn over all of them): no layer is
+        # pruned to the rows of training nodes
+        config = dataclasses.replace(config, prune="off")
         super().__init__(part, comm, config, **kwargs)
         self.metric = str(meta["metric"])
         self.num_nodes = int(meta.get("num_nodes", part.meta.get("num_nodes")))
