@@ -308,9 +308,12 @@ def measure_floor(cfg: TrainConfig, num_features: int, num_classes: int) -> int:
 
     # the run's model and exchange options; a gentle learning rate (the probe's steps only
     # load code: a run's own lr could make the tiny model diverge, which is not the point)
-    probe = TrainConfig(
-        **{**cfg.to_dict(), "epochs": 2, "eval_every": 1, "lr": 1e-3, "lr_warmup": 0, "extra": {}}
-    )
+    settings = {**cfg.to_dict(), "epochs": 2, "eval_every": 1, "lr": 1e-3, "lr_warmup": 0}
+    if cfg.task == "link":  # its encoder, trained as a node model as wide as the embeddings
+        num_classes = cfg.embed_dim or cfg.hidden
+        for name in ("task", "decoder", "decoder_layers", "embed_dim", "link_batch", "neg_ratio"):
+            settings.pop(name)
+    probe = TrainConfig(**{**settings, "extra": {}})
     trainer = Trainer(
         _tiny_part(num_features, num_classes), Communicator(), probe, RunOptions(quiet=True)
     )

@@ -25,17 +25,23 @@ if TYPE_CHECKING:
 __all__ = ["TERMS", "GraphShape", "PartShape", "RankReplay", "parameter_count", "widths"]
 
 
-def _meta_model(cfg: TrainConfig, num_features: int, num_classes: int) -> GNN:
-    """The run's :class:`~fullgraph.models.gnn.GNN` on torch's meta device (shapes only)."""
+def _meta_model(cfg: TrainConfig, num_features: int, num_classes: int, whole: bool = False) -> GNN:
+    """The run's :class:`~fullgraph.models.gnn.GNN` on torch's meta device (shapes only): a
+    link model's encoder (its decoder too with ``whole``; the pairs' buffers are not
+    replayed)."""
     import torch
 
+    from fullgraph.models.link_decoder import LinkModel
+
     with torch.device("meta"):
-        return cfg.build_model(num_features, num_classes)
+        model = cfg.build_model(num_features, num_classes)
+    return model.encoder if isinstance(model, LinkModel) and not whole else model
 
 
 def parameter_count(cfg: TrainConfig, num_features: int, num_classes: int) -> int:
-    """Parameters of the model (weights, biases, attention vectors, norms, projections)."""
-    model = _meta_model(cfg, num_features, num_classes)
+    """Parameters of the model (weights, biases, attention vectors, norms, projections; a
+    link model's decoder)."""
+    model = _meta_model(cfg, num_features, num_classes, whole=True)
     return sum(p.numel() for p in model.parameters())
 
 

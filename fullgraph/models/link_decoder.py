@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fullgraph.errors import ConfigError
+from fullgraph.models.gnn import GNN
 from fullgraph.models.mixed_linear import mixed_linear
 
 #: The decoders ``--decoder`` names.
@@ -81,3 +82,21 @@ def build_decoder(kind: str, in_dim: int, hidden: int, layers: int) -> nn.Module
     if kind == "mlp":
         return MLPDecoder(in_dim, hidden, layers)
     raise ConfigError(f"--decoder {kind!r}: choose one of {', '.join(DECODERS)}")
+
+
+class LinkModel(nn.Module):
+    """The encoder and the decoder of a link-prediction run.
+
+    Attributes:
+        encoder: the layer stack (``layers`` is its).
+        decoder: the pair scorer.
+    """
+
+    def __init__(self, encoder: GNN, decoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        """The encoder's layers (the first one's weight decay group)."""
+        return self.encoder.layers

@@ -44,7 +44,7 @@ from fullgraph.models.layers import (
 )
 from fullgraph.models.layers.base import PROPAGATIONS
 from fullgraph.models.layers.sage import AGGREGATIONS
-from fullgraph.models.link_decoder import DECODERS
+from fullgraph.models.link_decoder import DECODERS, LinkModel, build_decoder
 from fullgraph.models.norm import NORMS
 from fullgraph.precision import precision_option
 from fullgraph.propagation.correct_smooth import CorrectSmoothFields, correct_smooth_option
@@ -375,9 +375,19 @@ class TrainConfig(InputDropoutConfig, CorrectSmoothFields, Config):
         :meth:`layer_options` (whose operator, traits, part check and replay it has)."""
         return layer_class(self.model).variant(self.layer_options())
 
-    def build_model(self, num_features: int, num_classes: int) -> GNN:
+    def build_model(self, num_features: int, num_classes: int) -> GNN | LinkModel:
         """The configured :class:`~fullgraph.models.gnn.GNN` for ``num_features`` inputs and
-        ``num_classes`` outputs (on torch's current default device)."""
+        ``num_classes`` outputs (on torch's current default device); for ``--task link`` a
+        :class:`~fullgraph.models.link_decoder.LinkModel`: the stack ``--embed-dim`` wide
+        (``num_classes`` unused) and its decoder."""
+        if self.task == "link":
+            dim = self.embed_dim or self.hidden
+            encoder = self._stack(num_features, dim)
+            return LinkModel(encoder, build_decoder(self.decoder, dim, dim, self.decoder_layers))
+        return self._stack(num_features, num_classes)
+
+    def _stack(self, num_features: int, num_classes: int) -> GNN:
+        """The layer stack, ``num_classes`` wide at the end."""
         return GNN(
             self.model,
             num_features,

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from fullgraph.datasets.link import EVAL_SPLITS
 from fullgraph.distributed.pair_rows import NodeOwners, PairRows
@@ -33,8 +32,7 @@ from fullgraph.distributed.tree_sum import BlockGradients, collecting
 from fullgraph.errors import ConfigError, mark_replicated
 from fullgraph.kernels.pair_loss import pair_bce
 from fullgraph.link_metrics import link_scores
-from fullgraph.models.gnn import GNN
-from fullgraph.models.link_decoder import build_decoder
+from fullgraph.models.link_decoder import LinkModel
 from fullgraph.partition import Partition
 from fullgraph.run.epochs import EpochStats, reduce_gradients
 from fullgraph.run.optim import scheduled_lr
@@ -75,24 +73,6 @@ def part_links(part: Partition, dataset: str | None, root: str | None) -> tuple[
             f"data linksplit` and partition that"
         )
     return rank_links(split, part.global_ids[: part.num_inner]), link_meta(split)
-
-
-class LinkModel(nn.Module):
-    """The encoder and the decoder of a link-prediction run.
-
-    Attributes:
-        encoder: the layer stack (``layers`` is its).
-        decoder: the pair scorer.
-    """
-
-    def __init__(self, encoder: GNN, decoder: nn.Module) -> None:
-        super().__init__()
-        self.encoder, self.decoder = encoder, decoder
-
-    @property
-    def layers(self) -> nn.ModuleList:
-        """The encoder's layers (the first one's weight decay group)."""
-        return self.encoder.layers
 
 
 class LinkTrainer(Trainer):
@@ -139,21 +119,22 @@ class LinkTrainer(Trainer):
         self.metric = str(meta["metric"])
         self.num_nodes = int(meta.get("num_nodes", part.meta.get("num_nodes")))
         self.num_train_edges = int(meta["counts"]["train"])
+        if config.link_batch > self.num_train_edges:
+            raise mark_replicated(
+                ConfigError(
+                    f"--link-batch {config.link_batch} is larger than the "
+                    f"{self.num_train_edges} training edges: use at most that many, or 0 for "
+                    f"one step over all of them"
+                )
+            )
         self.owners = NodeOwners(comm, self._inner_gids, self.num_nodes)
         self.history.pop("best_val_acc", None)
 
     def _build_model(self, part: Partition) -> LinkModel:  # type: ignore[override]
-        """Encoder and decoder, seeded, rank 0's parameters broadcast to every rank."""
-        from fullgraph.models.gnn import load_parameter_vector, parameter_vector
-
-        cfg = self.config
-        torch.manual_seed(cfg.seed)
-        dim = cfg.embed_dim or cfg.hidden
-        encoder = cfg.build_model(int(part.num_features), dim)
-        decoder = build_decoder(cfg.decoder, dim, dim, cfg.decoder_layers)
-        model = LinkModel(encoder, decoder).to(self.device)
-        flat = parameter_vector(model)
-        load_parameter_vector(model, self.comm.broadcast_(flat, root=0))
+        """Encoder and decoder (:meth:`TrainConfig.build_model` of a link config), seeded,
+        rank 0's parameters broadcast to every rank."""
+        model = super()._build_model(part)
+        assert isinstance(model, LinkModel)
         return model
 
     # -- one step ----------------------------------------------------------------------------
@@ -228,7 +209,7 @@ class LinkTrainer(Trainer):
         r1 = cfg.neg_ratio + 1
         batch_of = None
         counts = [self.num_train_edges]
-        if 0 < cfg.link_batch < self.num_train_edges:
+        if 0 < cfg.link_batch < self.num_train_edges:  # else one batch
             batch_of = edge_batches(cfg.seed, epoch, self.num_train_edges, cfg.link_batch)
             counts = np.bincount(batch_of).tolist()
         stats = EpochStats()
