@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fullgraph.atomic import Place, check_apart
+from fullgraph.commands.predict_link import check_link_request
 from fullgraph.config import Config, check_path, option
 from fullgraph.errors import ConfigError
 from fullgraph.partition import PartitionDir
@@ -94,6 +95,12 @@ class PredictOptions(Config):
         parse=parse_layers,
         check=_check_layers,
         metavar="K[,K...]",
+    )
+    pairs: str | None = option(
+        None,
+        "a link model (--task link): the node pairs to score, a .npy of ints [m, 2] or a text "
+        "file of two node ids per line; writes scores.npy (logits) and probabilities.npy",
+        metavar="FILE",
     )
     force: bool = option(
         False, "replace an existing --out (only a directory `fullgraph predict` wrote)"
@@ -214,6 +221,11 @@ class PredictCommand(Command):
         model_precision = "bf16-mixed" if bf16 else "32"
         self.precision = self.resolve_precision(opts.precision or model_precision)
         check_embeddings(opts.embeddings, mf.config.layers)
+        if mf.config.task == "link" or opts.pairs:
+            check_link_request(mf, opts.pairs, opts.embeddings, opts.logits, self.cs.correct_smooth)
+            if self.parts is not None and int(self.parts.meta["num_features"]) != mf.num_features:
+                check_widths(mf, int(self.parts.meta["num_features"]), mf.num_classes, "--parts")
+            return
         if self.parts is not None:
             meta = self.parts.meta
             check_widths(
@@ -257,6 +269,10 @@ class PredictCommand(Command):
 
         comm, opts, mf = job.comm, self.options, self.model_file
         assert mf is not None and opts.out is not None
+        if mf.config.task == "link":
+            from fullgraph.commands.predict_link import run_link
+
+            return run_link(self, job)
         out, first = Path(opts.out), comm.rank == 0
         job.agree(
             lambda: (

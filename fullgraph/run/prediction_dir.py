@@ -16,6 +16,8 @@ SUMMARY = "predict.json"
 PREDICTIONS = "predictions.npy"
 PROBABILITIES = "probabilities.npy"
 LOGITS = "logits.npy"
+#: A link model's pair scores (its probabilities are ``probabilities.npy``).
+SCORES = "scores.npy"
 _EMBEDDINGS = re.compile(r"embeddings-([1-9][0-9]*)\.npy")
 #: The most bytes of one output file a rank maps at a time while it writes its rows.
 WRITE_WINDOW_BYTES = 16 << 20
@@ -31,7 +33,8 @@ def _not_a_prediction(path: Path) -> str | None:
     else what makes it someone else's.
 
     Ours: a ``predict.json`` of :data:`FORMAT` and, beside it, only the output files
-    (``predictions.npy``, ``probabilities.npy``, ``logits.npy``, ``embeddings-<k>.npy``), each a
+    (``predictions.npy``, ``probabilities.npy``, ``logits.npy``, ``scores.npy``,
+    ``embeddings-<k>.npy``), each a
     plain file.
     """
     if not path.is_dir():
@@ -39,7 +42,7 @@ def _not_a_prediction(path: Path) -> str | None:
     marker = read_marker(path / SUMMARY)
     ours = isinstance(marker, dict) and marker.get("format") == FORMAT
     entries = sorted(path.iterdir())
-    names = {SUMMARY, PREDICTIONS, PROBABILITIES, LOGITS}
+    names = {SUMMARY, PREDICTIONS, PROBABILITIES, LOGITS, SCORES}
     unexpected = [
         e
         for e in entries

@@ -24,9 +24,13 @@ import numpy as np
 import torch
 
 from fullgraph.datasets.link import EVAL_SPLITS, LINK_SPLITS, LinkSplit
+from fullgraph.distributed.communicator import Communicator
+from fullgraph.distributed.pair_rows import NodeOwners, PairRows
 from fullgraph.distributed.tree_sum import BlockLayout
 from fullgraph.hashing import as_int64, key_chain, splitmix64_torch
 
+#: Pairs scored at once in evaluation and prediction (bounds the ``[chunk, d]`` row buffers).
+SCORE_CHUNK = 1 << 18
 #: Streams of the link draws (a coordinate of their keys).
 NEGATIVE_STREAM, BATCH_STREAM = 0x4E45, 0x4241
 
@@ -212,3 +216,28 @@ def link_meta(split: LinkSplit) -> dict[str, object]:
         "num_nodes": int(split.num_nodes),
         "counts": counts,
     }
+
+
+def score_pairs(
+    comm: Communicator,
+    owners: NodeOwners,
+    decoder: torch.nn.Module,
+    h: torch.Tensor,
+    pairs: np.ndarray,
+    dtype: torch.dtype | None,
+) -> torch.Tensor:
+    """The decoder's logits of ``pairs`` [m, 2] (global ids, anchors this rank's) from the
+    embeddings ``h`` of this rank's rows, float32 [m], in chunks of :data:`SCORE_CHUNK` (a
+    collective: every rank runs as many chunks as the rank with the most pairs)."""
+    counts = comm.allgather_object(len(pairs)) if comm.size > 1 else [len(pairs)]
+    chunks = max(1, -(-max(counts) // SCORE_CHUNK))
+    out = []
+    n = int(h.shape[0])
+    for c in range(chunks):
+        part = np.asarray(pairs[c * SCORE_CHUNK : (c + 1) * SCORE_CHUNK], dtype=np.int64)
+        part = part.reshape(-1, 2)
+        keys = np.arange(len(part), dtype=np.int64)
+        plan = PairRows.build(comm, owners, part[:, 0], part[:, 1], keys, n, False)
+        hu, hv = plan.rows(h)
+        out.append(decoder(hu, hv, dtype).float())
+    return torch.cat(out)

@@ -13,8 +13,9 @@ and the loss are per-block partials in the same tree as the encoder's, so P rank
 one process's bits; without blocks the sums follow the rank split (float rounding).
 
 Evaluation scores the validation and test positives and negatives (in chunks of
-:data:`SCORE_CHUNK` pairs), gathers every rank's scores in the split's order and computes
-the split's metric (:func:`~fullgraph.link_metrics.link_scores`) alike on every rank.
+:data:`~fullgraph.training.link_pairs.SCORE_CHUNK` pairs), gathers every rank's scores in the
+split's order and computes the split's metric (:func:`~fullgraph.link_metrics.link_scores`)
+alike on every rank.
 """
 
 from __future__ import annotations
@@ -41,12 +42,11 @@ from fullgraph.training.link_pairs import (
     link_meta,
     pair_layout,
     rank_links,
+    score_pairs,
     training_pairs,
 )
 from fullgraph.training.trainer import StepResult, Trainer
 
-#: Pairs scored at once in evaluation (bounds the ``[chunk, d]`` row buffers).
-SCORE_CHUNK = 1 << 18
 #: What evaluation calls a split (the JSONL keys).
 SPLIT_NAMES = {"valid": "val", "test": "test"}
 
@@ -227,20 +227,10 @@ class LinkTrainer(Trainer):
 
     # -- evaluation --------------------------------------------------------------------------
     def _scores(self, h: torch.Tensor, pairs: np.ndarray) -> torch.Tensor:
-        """The decoder's scores of ``pairs`` [m, 2] (anchors here), in chunks (a collective:
-        every rank runs as many chunks as the rank with the most pairs)."""
-        counts = self.comm.allgather_object(len(pairs)) if self.comm.size > 1 else [len(pairs)]
-        chunks = max(1, -(-max(counts) // SCORE_CHUNK))
-        out = []
-        for c in range(chunks):
-            part = pairs[c * SCORE_CHUNK : (c + 1) * SCORE_CHUNK]
-            keys = np.arange(len(part), dtype=np.int64)
-            plan = PairRows.build(
-                self.comm, self.owners, part[:, 0], part[:, 1], keys, self.num_inner, False
-            )
-            hu, hv = plan.rows(h)
-            out.append(self.model.decoder(hu, hv, self.ctx.plan.row_dtype).float())
-        return torch.cat(out) if out else torch.zeros(0)
+        """The decoder's scores of ``pairs`` [m, 2] (anchors here; a collective)."""
+        return score_pairs(
+            self.comm, self.owners, self.model.decoder, h, pairs, self.ctx.plan.row_dtype
+        )
 
     def _gathered(self, ids: np.ndarray, scores: torch.Tensor, total: int) -> np.ndarray:
         """Every rank's scores placed at their rows of the split (every rank gets all)."""
