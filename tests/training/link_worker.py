@@ -98,5 +98,41 @@ def link(*, parts: Path, transports: list[str], models: list[str]) -> dict[str, 
     return result
 
 
+def trained_model_file(graph: Any, path: Path, decoder: str = "mlp") -> Path:
+    """Train a small link model on the whole graph for 3 epochs and write its model file."""
+    from fullgraph.distributed.communicator import Communicator
+    from fullgraph.partition import whole_graph_part
+    from fullgraph.training import RunOptions, TrainConfig
+    from fullgraph.training.link_pairs import link_meta, rank_links
+    from fullgraph.training.link_trainer import LinkTrainer
+    from fullgraph.training.model_file import model_state, save_model_file
+
+    split = link_split(graph)
+    part = whole_graph_part(graph)
+    cfg = TrainConfig(
+        model="sage", layers=2, hidden=16, epochs=3, seed=1, task="link", decoder=decoder
+    )
+    links = rank_links(split, part.global_ids[: part.num_inner])
+    tr = LinkTrainer(part, Communicator(), cfg, links, link_meta(split), run=RunOptions(quiet=True))
+    for epoch in (1, 2, 3):
+        tr.train_epoch(epoch)
+    info = {"epoch": 3, "metric": "auc", "val": 0.0, "test": 0.0, "data": "sbm"}
+    state = model_state(tr.model, tr.config, part.num_features, part.num_classes, info)
+    return save_model_file(path, state)
+
+
+@TASKS.task
+def score(*, parts: Path, model: Path, pairs: Path) -> np.ndarray:
+    """The scores of ``pairs`` (a .npy) with the link model file ``model`` on these parts."""
+    from fullgraph.partition import load_partition
+    from fullgraph.training.link_predict import LinkScorer, read_pairs
+    from fullgraph.training.model_file import load_model_file
+
+    _, comm = next(iter(communicators(["mpi"])))
+    scorer = LinkScorer(load_partition(parts, comm.rank), comm, load_model_file(model))
+    got = scorer.scores(read_pairs(pairs, scorer.num_nodes))
+    return got if got is not None else np.zeros(0, np.float32)
+
+
 if __name__ == "__main__":
     sys.exit(main(TASKS))
