@@ -344,6 +344,11 @@ class TrainConfig(InputDropoutConfig, CorrectSmoothFields, Config):
     def check_task(self) -> None:
         """Refuse link options without ``--task link``, and C&S with it (one line)."""
         if self.task == "link":
+            if self.metric != "auto":
+                raise ConfigError(
+                    f"--metric {self.metric} scores node tasks; --task link is scored by its "
+                    f"dataset's link metric (hits@K, mrr or auc: docs/link.md)"
+                )
             if self.correct_smooth:
                 raise ConfigError(
                     "--correct-smooth propagates node labels; --task link has none to propagate"

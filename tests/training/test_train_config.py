@@ -25,3 +25,21 @@ def test_a_depth_beyond_the_bound_is_refused_with_its_reason() -> None:
     with pytest.raises(ConfigError, match="--layers must be an integer >= 1"):
         TrainConfig(layers=0)
     assert TrainConfig(layers=MAX_LAYERS).layers == MAX_LAYERS
+
+
+@pytest.mark.parametrize(
+    "settings,message",
+    [
+        ({"decoder": "mlp"}, "--decoder applies to --task link"),
+        ({"link_batch": 64}, "--link-batch applies to --task link"),
+        ({"neg_ratio": 3}, "--neg-ratio applies to --task link"),
+        ({"task": "link", "metric": "acc"}, "--metric acc scores node tasks"),
+        ({"task": "link", "correct_smooth": True}, "has none to propagate"),
+        ({"task": "link", "link_batch": -1}, "--link-batch"),
+    ],
+)
+def test_link_options_are_checked(settings: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**settings)
+    cfg = TrainConfig(task="link", decoder="mlp", link_batch=64, neg_ratio=3, embed_dim=8)
+    assert cfg.build_model(5, 1).decoder.lins[0].in_features == 8
