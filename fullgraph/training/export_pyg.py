@@ -311,6 +311,11 @@ def export_pyg(
         [Place(model, f"--model {model}", what="the model file")],
     )
     mf = load_model_file(model)
+    if mf.config.task == "link":
+        raise ConfigError(
+            f"--model {model} is a link model (--task link): its PyG export is not written yet; "
+            f"score pairs with `fullgraph predict --pairs FILE` (docs/link.md)"
+        )
     state = export_state(mf)
     for p in paths:
         check_not_inside_output(p, named[p])  # not into a prediction, a checkpoint directory...
