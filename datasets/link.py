@@ -162,7 +162,7 @@ class LinkSplit:
                     raise DataError(
                         f"{at}{len(both)} edges are in both {a} and {b}, e.g. ({u}, {v})"
                     )
-        positives = np.concatenate([keys[s] for s in LINK_SPLITS])
+        positives = np.sort(np.concatenate([keys[s] for s in LINK_SPLITS]))
         for s in EVAL_SPLITS:
             if s not in self.negatives:
                 raise DataError(f"{at}the link split has no {s!r} negatives")
@@ -176,15 +176,7 @@ class LinkSplit:
             elif neg.ndim != 2 or neg.shape[1] != 2:
                 raise DataError(f"{at}{s} negatives must be [N, 2], got shape {neg.shape}")
             self.negatives[s] = neg
-            pairs = self.negative_pairs(s)
-            _check_range(pairs, n, f"{at}{s} negative")
-            hit = np.isin(pair_keys(pairs, n, self.undirected), positives)
-            if hit.any():
-                e = int(np.argmax(hit))
-                raise DataError(
-                    f"{at}{int(hit.sum())} {s} negatives are positive edges, e.g. "
-                    f"({pairs[e, 0]}, {pairs[e, 1]})"
-                )
+            _check_negatives(self, s, positives, at)
         return self
 
     def check_no_leak(self, indptr: np.ndarray, indices: np.ndarray, where: str = "") -> None:
@@ -209,4 +201,52 @@ def _check_range(pairs: np.ndarray, n: int, what: str) -> None:
         raise DataError(
             f"{what} {e} ({pairs[e, 0]}, {pairs[e, 1]}) is out of range for {n} nodes; "
             f"{len(bad)} in all"
+        )
+
+
+#: Negative pairs tested at a time by :meth:`LinkSplit.check` (its memory stays a few arrays
+#: of this size, not of ogbl-citation2's 86.6M negative pairs per split).
+CHECK_CHUNK = 1 << 22
+
+
+def _check_negatives(split: LinkSplit, s: str, positives: np.ndarray, at: str) -> None:
+    """The negatives of split ``s`` in range and none a positive (``positives``: the sorted
+    keys of every split's positives), chunk by chunk, in the one-line messages of
+    :meth:`LinkSplit.check`."""
+    n = int(split.num_nodes)
+    neg = split.negatives[s]
+    width = int(neg.shape[1]) if split.per_edge_negatives else 1
+    rows = max(1, CHECK_CHUNK // max(1, width))
+    out_of_range, hits = 0, 0
+    first_out = first_hit = None
+    for lo in range(0, len(neg), rows):
+        if split.per_edge_negatives:
+            block = neg[lo : lo + rows]
+            sources = np.repeat(split.edges[s][lo : lo + rows, 0], width)
+            pairs = np.stack([sources, block.reshape(-1)], axis=1)
+        else:
+            pairs = neg[lo : lo + rows]
+        bad = (pairs < 0).any(axis=1) | (pairs >= n).any(axis=1)
+        if bad.any() or out_of_range:
+            if first_out is None and bad.any():
+                e = int(np.argmax(bad))
+                first_out = (lo * width + e, pairs[e, 0], pairs[e, 1])
+            out_of_range += int(bad.sum())
+            continue
+        keys = pair_keys(pairs, n, split.undirected)
+        at_key = np.minimum(np.searchsorted(positives, keys), max(0, positives.size - 1))
+        hit = positives[at_key] == keys if positives.size else np.zeros(keys.size, np.bool_)
+        if hit.any():
+            if first_hit is None:
+                e = int(np.argmax(hit))
+                first_hit = (pairs[e, 0], pairs[e, 1])
+            hits += int(hit.sum())
+    if first_out is not None:
+        e, u, v = first_out
+        raise DataError(
+            f"{at}{s} negative {e} ({u}, {v}) is out of range for {n} nodes; {out_of_range} in all"
+        )
+    if first_hit is not None:
+        raise DataError(
+            f"{at}{hits} {s} negatives are positive edges, e.g. ({first_hit[0]}, {first_hit[1]})"
         )
