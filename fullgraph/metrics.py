@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fullgraph.errors import ConfigError
+from fullgraph.link_metrics import evaluate_link, is_link_metric
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -158,6 +159,9 @@ def roc_auc(y_true: Values, score: Values) -> float:
 def evaluate(input_dict: dict[str, Values], metric: str) -> dict[str, float]:
     """Score predictions as OGB's ``Evaluator(name).eval(input_dict)`` does.
 
+    A link metric (``hits@K``, ``mrr``, ``auc``), or OGB's link input dict (``y_pred_pos``,
+    ``y_pred_neg``), is scored by :func:`fullgraph.link_metrics.evaluate_link`.
+
     Args:
         input_dict: ``{"y_true": [n, 1] or [n, t], "y_pred": ...}`` as numpy arrays or torch
             tensors; a 1-D array is one task. ``acc``: ``y_pred`` holds class ids of the same
@@ -175,6 +179,8 @@ def evaluate(input_dict: dict[str, Values], metric: str) -> dict[str, float]:
         ValueError: a missing key, shapes that do not match, an unknown metric, or (rocauc)
             no task with both classes.
     """
+    if is_link_metric(metric) or "y_pred_pos" in input_dict:
+        return evaluate_link(input_dict, metric)
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}")
     for key in ("y_true", "y_pred"):
