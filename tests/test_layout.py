@@ -33,6 +33,7 @@ GROUND = {
     "fullgraph.config",
     "fullgraph.watchdog",
     "fullgraph.metrics",
+    "fullgraph.link_metrics",
     "fullgraph.precision",
 }
 
