@@ -142,12 +142,20 @@ def train_command(parts: Path, ranks: int, seed: int, log: Path, threads: int) -
 
 
 def read_scores(log: Path) -> dict[str, float]:
-    """The test AUC and AP (%) at the best validation epoch: the final record of a log."""
+    """The test AUC and AP (%) at the best validation epoch: the final record's, or where it
+    has no ``test_ap``, the AP of its ``best_epoch``'s record."""
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     final = records[-1] if records else {}
     if final.get("task") != "link" or final.get("metric") != "auc":
         raise SystemExit(f"{log}: the last record is no final record of an auc link run")
-    return {key: 100 * float(final[key]) for key, _ in SCORES}
+    best = [r for r in records[:-1] if r.get("epoch") == final.get("best_epoch")]
+    out = {}
+    for key, _ in SCORES:
+        source = final if key in final else (best[-1] if best else {})
+        if key not in source:
+            raise SystemExit(f"{log}: no {key} in the final record or its best epoch's")
+        out[key] = 100 * float(source[key])
+    return out
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:

@@ -57,6 +57,14 @@ def test_read_scores_takes_the_final_record(tmp_path: Path) -> None:
     final |= {"test_auc": 0.91, "test_ap": 0.925}
     log.write_text(json.dumps(epoch) + "\n" + json.dumps(final) + "\n")
     assert bench.read_scores(log) == pytest.approx({"test_auc": 91.0, "test_ap": 92.5})
+    # a final record without test_ap: the AP of its best epoch's record
+    del final["test_ap"]
+    best = {"epoch": 2, "val_auc": 0.9, "test_auc": 0.91, "test_ap": 0.93}
+    log.write_text("".join(json.dumps(r) + "\n" for r in (epoch, best, final | {"best_epoch": 2})))
+    assert bench.read_scores(log) == pytest.approx({"test_auc": 91.0, "test_ap": 93.0})
+    log.write_text("".join(json.dumps(r) + "\n" for r in (epoch, final | {"best_epoch": 5})))
+    with pytest.raises(SystemExit, match="no test_ap"):
+        bench.read_scores(log)
     log.write_text(json.dumps(epoch) + "\n")
     with pytest.raises(SystemExit, match="no final record"):
         bench.read_scores(log)
