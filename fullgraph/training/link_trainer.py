@@ -274,9 +274,22 @@ class LinkTrainer(Trainer):
                 out[f"{SPLIT_NAMES[split]}_{name}"] = float(value)
         return out
 
+    def on_best(self, epoch: int, acc: dict[str, float]) -> None:
+        """Keep the model (:meth:`Trainer.on_best`) and the metric's companions at the best
+        validation epoch (``test_ap`` beside ``test_auc``; hits@1/3/10 beside ``mrr``)."""
+        super().on_best(epoch, acc)
+        m = self.metric
+        self.history["link_at_best"] = {
+            k: v for k, v in acc.items() if k not in (f"val_{m}", f"test_{m}")
+        }
+
     def final_extra(self) -> dict[str, Any]:
-        """The task and decoder."""
-        return {"task": "link", "decoder": self.config.decoder}
+        """The task, the decoder and the companions of the metric at the best epoch."""
+        return {
+            "task": "link",
+            "decoder": self.config.decoder,
+            **self.history.get("link_at_best", {}),
+        }
 
     def record_extra(self, stats: EpochStats, maxes: dict[str, float]) -> dict[str, Any]:
         """Steps of the epoch."""
