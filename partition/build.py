@@ -24,6 +24,7 @@ from fullgraph.atomic import (
     read_marker,
 )
 from fullgraph.datasets.graph import SPLITS, Graph, first_overlap, split_name
+from fullgraph.datasets.link import LinkSplit
 from fullgraph.errors import DataError, PartitionError
 from fullgraph.partition.assign import assign_parts, check_num_parts, resolve_assign
 from fullgraph.partition.blocks import (
@@ -40,6 +41,7 @@ from fullgraph.partition.format import (
     PART_ARRAYS,
     part_dir_name,
 )
+from fullgraph.partition.link_parts import LinkParts, check_link_split
 from fullgraph.partition.npy_files import ChunkedArray, save_array
 from fullgraph.partition.report import build_report
 from fullgraph.resources import StageTimer
@@ -287,6 +289,8 @@ def write_partitions(
     timer: StageTimer | None = None,
     notes: list[str] | None = None,
     blocks: NodeBlocks | None = None,
+    link: LinkSplit | None = None,
+    link_checked: bool = False,
 ) -> dict:
     """Write the parts that ``owner`` defines to ``out`` (temporary directory, then rename).
 
@@ -307,6 +311,9 @@ def write_partitions(
         timer: stages already timed (e.g. the assignment), extended with the build stages.
         notes: remarks made while assigning, copied into the report.
         blocks: the node blocks ``owner`` was cut from (every block wholly inside one part).
+        link: a link split of ``graph`` (its message-passing graph): every part also holds the
+            supervision edges its inner nodes anchor (:mod:`~fullgraph.partition.link_parts`).
+        link_checked: ``link`` was checked against ``graph`` already (no second leak check).
 
     Returns:
         The metadata written to ``out/meta.json`` (with its ``report``).
@@ -316,7 +323,8 @@ def write_partitions(
             parts are written (another run); nothing is replaced then.
         ConfigError: ``out`` holds something else than a partition fullgraph wrote (a user's
             folder, a dataset, a folder of other partitions); nothing is replaced.
-        DataError: the graph's split masks overlap.
+        DataError: the graph's split masks overlap; ``link`` is malformed, of another graph or
+            leaks (:func:`~fullgraph.partition.link_parts.check_link_split`).
         PartitionError: ``owner`` has the wrong shape or values, or splits a block of
             ``blocks``.
     """
@@ -342,6 +350,9 @@ def write_partitions(
     out = Path(out)
     check_partition_out(out, force)
     graph.validate_edge_values()  # NaN / inf edge weights or features are refused here
+    if link is not None and not link_checked:
+        check_link_split(link, graph)
+    cut_link = None if link is None else LinkParts(link, owner, num_parts)
 
     if blocks is not None:
         check_whole_blocks(blocks, owner)
@@ -369,6 +380,8 @@ def write_partitions(
                 edge_cut += cut
                 if blocks is not None:
                     arrays.update(part_block_arrays(blocks.block[inner]))
+                if cut_link is not None:
+                    arrays.update(cut_link.arrays(r))
                 for name, array in arrays.items():
                     save_array(tmp, r, name, array, files)
                 ni = int(inner.size)
@@ -384,6 +397,8 @@ def write_partitions(
                 )
                 if blocks is not None:
                     parts[-1]["num_blocks"] = int(arrays["block_ids"].size)
+                if cut_link is not None:
+                    parts[-1]["link"] = cut_link.counts(r)
                 del arrays
         with timer.stage("send_lists"):
             for r in range(num_parts):
@@ -416,6 +431,8 @@ def write_partitions(
             meta["edge_dim"] = graph.edge_dim
         if "split" in graph.meta:  # which of the dataset's fixed splits the masks are
             meta["split"] = int(graph.meta["split"])
+        if cut_link is not None:
+            meta["link"] = cut_link.meta()
         if blocks is not None:
             meta.update(
                 num_blocks=blocks.num_blocks,
@@ -458,6 +475,7 @@ def partition_graph(
     metis: str = "auto",
     assign: str | None = None,
     block_size: int | None = None,
+    link: LinkSplit | None = None,
 ) -> dict:
     """Assign owners and write the parts with :func:`write_partitions`.
 
@@ -479,6 +497,8 @@ def partition_graph(
         assign: ``blocks`` or ``kway`` with ``metis`` (default ``blocks``); ``None`` otherwise.
         block_size: target nodes per block (``blocks`` only; default
             :func:`~fullgraph.partition.blocks.default_block_size`).
+        link: a link split whose message-passing graph is ``graph``, checked (leaks refused)
+            before the assignment; the parts carry its supervision edges.
 
     Returns:
         The metadata written to ``out/meta.json``; ``meta["report"]`` is the partition report.
@@ -486,6 +506,8 @@ def partition_graph(
     check_num_parts(num_parts, graph.num_nodes)
     assign = resolve_assign(method, assign, block_size)
     check_partition_out(out, force)
+    if link is not None:
+        check_link_split(link, graph)
     timer = StageTimer()
     notes: list[str] = []
     with timer.stage("assign"):
@@ -503,4 +525,6 @@ def partition_graph(
         timer=timer,
         notes=notes,
         blocks=blocks,
+        link=link,
+        link_checked=True,
     )

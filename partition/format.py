@@ -74,6 +74,10 @@ block_ids      int64  [b]                      the blocks this part holds, ascen
 block_ptr      int64  [b + 1]                  block ``block_ids[k]`` is the inner rows
                                                ``block_ptr[k]`` up to ``block_ptr[k+1] - 1``
 ============== ====== ======================== ==================================================
+
+Link prediction (:data:`LINK_ARRAYS`, only when ``meta.json`` has ``link``): every part holds
+the supervision edges anchored at its inner nodes, ``link_<split>[_id|_neg|_neg_id]``; see
+:mod:`fullgraph.partition.link_parts`. A partition without ``link`` loads as before.
 """
 
 from __future__ import annotations
@@ -139,6 +143,15 @@ EDGE_ARRAYS: dict[str, np.dtype] = {
 BLOCK_ARRAYS: dict[str, np.dtype] = {
     "block_ids": np.dtype(np.int64),
     "block_ptr": np.dtype(np.int64),
+}
+
+#: The per-part supervision edges of a link-prediction partition (``meta.json["link"]``; the
+#: table is in :mod:`fullgraph.partition.link_parts`): all int64.
+LINK_ARRAYS: dict[str, np.dtype] = {
+    f"link_{s}{suffix}": np.dtype(np.int64)
+    for s in ("train", "valid", "test")
+    for suffix in ("", "_id", "_neg", "_neg_id")
+    if s != "train" or suffix in ("", "_id")
 }
 
 #: The ``meta.json`` keys of a partition with blocks.

@@ -13,6 +13,7 @@ from fullgraph.errors import PartitionError
 from fullgraph.partition.format import (
     BLOCK_ARRAYS,
     EDGE_ARRAYS,
+    LINK_ARRAYS,
     META_NAME,
     PART_ARRAYS,
     REWRITE,
@@ -22,6 +23,7 @@ from fullgraph.partition.format import (
     edge_arrays,
     file_key,
 )
+from fullgraph.partition.link_parts import check_link_meta, check_part_link, link_arrays, link_view
 
 
 @dataclass
@@ -48,6 +50,10 @@ class Partition:
           ``None`` for a partition without blocks (written before them, or not by
           ``--assign blocks``). A loaded part's inner rows are block-contiguous:
           ``block_rows`` is ``arange(num_inner)``.
+        - ``link``: a link-prediction partition's supervision edges anchored at this part's
+          inner nodes (:mod:`~fullgraph.partition.link_parts`): ``train``, ``train_id``,
+          ``valid``, ``valid_id``, ``valid_neg`` (``valid_neg_id`` for negative pairs),
+          ``test``, ...; ``None`` for a node partition.
     """
 
     rank: int
@@ -78,6 +84,7 @@ class Partition:
     block_ids: np.ndarray | None = None
     block_rows: np.ndarray | None = None
     block_ptr: np.ndarray | None = None
+    link: dict[str, np.ndarray] | None = None
 
     @property
     def has_blocks(self) -> bool:
@@ -377,11 +384,13 @@ def load_partition(
         raise PartitionError(f"rank must be an integer, got {rank!r}")
     if not 0 <= rank < num_parts:
         raise PartitionError(f"rank {rank} out of range: {root} has {num_parts} parts")
+    check_link_meta(meta, root / META_NAME)
     arrays: dict[str, np.ndarray] = {}
     wanted = {
         **PART_ARRAYS,
         **{k: EDGE_ARRAYS[k] for k in edge_arrays(meta)},
         **{k: BLOCK_ARRAYS[k] for k in block_arrays(meta)},
+        **{k: LINK_ARRAYS[k] for k in link_arrays(meta)},
     }
     for name, dtype in wanted.items():
         key = file_key(rank, name)
@@ -399,7 +408,11 @@ def load_partition(
                 f"{entry['dtype']} {entry['shape']}"
             )
         arrays[name] = array
+    link = link_view(arrays) if "link" in meta else None
+    arrays = {k: v for k, v in arrays.items() if k not in LINK_ARRAYS}
     check_part_counts(root, meta, rank, arrays)
+    if link is not None:
+        check_part_link(root, meta, rank, link)
     part = meta["parts"][rank]
     num_inner, num_halo = int(part["num_inner"]), int(part["num_halo"])
     if "block_ids" in arrays:
@@ -415,5 +428,6 @@ def load_partition(
         partition_hash=meta_hash,
         meta=meta,
         num_blocks=int(meta["num_blocks"]) if "num_blocks" in meta else None,
+        link=link,
         **arrays,
     )

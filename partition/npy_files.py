@@ -11,7 +11,13 @@ from pathlib import Path
 import numpy as np
 
 from fullgraph.errors import PartitionError
-from fullgraph.partition.format import BLOCK_ARRAYS, EDGE_ARRAYS, PART_ARRAYS, file_key
+from fullgraph.partition.format import (
+    BLOCK_ARRAYS,
+    EDGE_ARRAYS,
+    LINK_ARRAYS,
+    PART_ARRAYS,
+    file_key,
+)
 
 
 @dataclass
@@ -47,7 +53,12 @@ def save_array(
     The file holds the bytes ``np.save`` would write; its SHA-256 is computed while writing.
     A :class:`ChunkedArray` is written block by block.
     """
-    expected = PART_ARRAYS.get(name) or EDGE_ARRAYS.get(name) or BLOCK_ARRAYS[name]
+    expected = (
+        PART_ARRAYS.get(name)
+        or EDGE_ARRAYS.get(name)
+        or LINK_ARRAYS.get(name)
+        or BLOCK_ARRAYS[name]
+    )
     if array.dtype != expected:
         raise PartitionError(f"internal: {name} has dtype {array.dtype}, expected {expected}")
     key = file_key(rank, name)

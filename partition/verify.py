@@ -8,6 +8,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fullgraph.datasets.graph import GRAPH_ARRAYS, Graph
+from fullgraph.datasets.link import LinkSplit
 from fullgraph.errors import PartitionError
 from fullgraph.partition.blocks import block_digest, node_blocks
 from fullgraph.partition.format import (
@@ -19,6 +20,7 @@ from fullgraph.partition.format import (
     partition_root,
     read_meta,
 )
+from fullgraph.partition.link_verify import verify_link
 from fullgraph.partition.load import Partition, load_partition
 from fullgraph.resources import drop_resident_pages
 
@@ -250,9 +252,13 @@ def _release(obj: Partition | Graph) -> None:
     )
     for name in names:
         drop_resident_pages(getattr(obj, name, None))
+    for array in (getattr(obj, "link", None) or {}).values():
+        drop_resident_pages(array)
 
 
-def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) -> dict:
+def verify_partitions(
+    path: str | os.PathLike[str], graph: Graph | None = None, link: LinkSplit | None = None
+) -> dict:
     """Check every invariant of the partition directory ``path``.
 
     Checks: every field of ``meta.json`` against the arrays (counts per part and in total,
@@ -265,16 +271,21 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
     the block vector's SHA-256 that of ``meta.json``. With ``graph``: sizes, every incoming edge
     (as a multiset per node), in-degrees, features, labels and masks equal the source, and the
     blocks cut again from it (same block size, seed and METIS library, where that library is
-    installed) equal the stored ones.
+    installed) equal the stored ones. With ``meta.json["link"]``: every supervision edge once
+    over the parts at its anchor's owner, the arrays' digest, no held-out positive in the
+    message-passing graph (:func:`~fullgraph.partition.link_verify.verify_link`); with ``link``,
+    also that the parts hold that split.
 
     Args:
         path: the partition directory (or its ``meta.json``).
         graph: the source graph, or ``None`` to check internal consistency only.
+        link: the source link split (with ``graph``), or ``None``.
 
     Returns:
         A summary dict (``num_parts``, ``num_nodes``, ``num_edges``, ``total_halo_rows``,
         ``files_checked``, ``against_graph``, ``num_blocks`` (``None`` without blocks),
-        ``blocks_cut_again``).
+        ``blocks_cut_again``, ``link``: :func:`~fullgraph.partition.link_verify.verify_link`'s
+        summary, ``None`` without a link split).
 
     Raises:
         PartitionError: the first problem found, naming the part and the node.
@@ -283,6 +294,11 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
     meta_path = root / META_NAME
     meta, _ = read_meta(root)
     n, P = int(meta["num_nodes"]), int(meta["num_parts"])
+    if link is not None and "link" not in meta:
+        raise PartitionError(
+            f"{meta_path} has no link split but {link.name}'s was given; partition the dataset "
+            f"again (its link split is carried when it has one)"
+        )
     if graph is not None:
         for key, value in (
             ("num_nodes", graph.num_nodes),
@@ -353,6 +369,7 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
             f"{meta_path}: edge_cut is {meta['edge_cut']} but the parts store {cut} edges from "
             f"nodes of other parts; {REWRITE}"
         )
+    link_summary = None if "link" not in meta else verify_link(parts, meta, owner, link)
     if graph is None:  # with the graph, num_classes was compared with the graph's above
         top = max((int(p.y.max()) for p in parts if p.y.size), default=-1)
         if top >= 0 and meta["num_classes"] != top + 1:
@@ -371,4 +388,5 @@ def verify_partitions(path: str | os.PathLike[str], graph: Graph | None = None) 
         "against_graph": graph is not None,
         "num_blocks": meta.get("num_blocks"),
         "blocks_cut_again": recomputed,
+        "link": link_summary,
     }

@@ -21,16 +21,20 @@ import hashlib
 import numpy as np
 
 from fullgraph.datasets.graph import Graph
+from fullgraph.datasets.link import LinkSplit
 from fullgraph.errors import ConfigError, DataError
 from fullgraph.partition.blocks import NodeBlocks, node_blocks
+from fullgraph.partition.link_parts import LinkParts, check_link_split, link_view
 from fullgraph.partition.load import Partition
 
 #: The row orders :func:`whole_graph_part` gives: by (block, global id), or by global id.
 ORDERS = ("blocks", "global")
 
 
-def _graph_hash(graph: Graph) -> str:
+def _graph_hash(graph: Graph, link_digest: str | None = None) -> str:
     h = hashlib.sha256()
+    if link_digest is not None:  # the split is part of what the run trains on
+        h.update(link_digest.encode())
     for arr in (graph.indptr, graph.indices, graph.y, graph.train_mask, graph.edge_weight):
         if arr is None:
             continue
@@ -103,6 +107,7 @@ def whole_graph_part(
     metis: str = "auto",
     blocks: NodeBlocks | None = None,
     order: str = "blocks",
+    link: LinkSplit | None = None,
 ) -> Partition:
     """The whole graph as the single part of a one-rank job.
 
@@ -115,12 +120,16 @@ def whole_graph_part(
         order: ``"blocks"``: rows ordered by (block, global id), the arrays of ``fullgraph
             partition --parts 1``'s part (``block_rows`` the identity); ``"global"``: rows in
             global id order (``global_ids`` the identity, ``block_rows`` orders them by block).
+        link: a link split whose message-passing graph is ``graph`` (checked, leaks refused):
+            ``Partition.link`` holds it whole, the arrays ``fullgraph partition --parts 1``
+            writes (every anchor inner), and ``meta["link"]`` its description.
 
     Returns:
         A :class:`~fullgraph.partition.load.Partition` with every node inner and no halo.
 
     Raises:
-        DataError: the graph has no features or no training nodes, or ``blocks`` do not fit it.
+        DataError: the graph has no features or (without ``link``) no training nodes,
+            ``blocks`` do not fit it, or ``link`` is malformed, of another graph or leaks.
         ConfigError: ``order`` is not one of :data:`ORDERS`.
     """
     if order not in ORDERS:
@@ -129,8 +138,11 @@ def whole_graph_part(
         raise DataError(f"{graph.name}: graph has no node features to train on")
     n = graph.num_nodes
     num_train = int(graph.train_mask.sum())
-    if num_train == 0:
+    if num_train == 0 and link is None:  # a link graph trains on its edges
         raise DataError(f"{graph.name}: graph has no training nodes")
+    cut_link = None
+    if link is not None:
+        cut_link = LinkParts(check_link_split(link, graph), np.zeros(n, dtype=np.int64), 1)
     if blocks is None:
         blocks = node_blocks(graph, block_size, block_seed, metis)
     elif blocks.block.shape != (n,):
@@ -156,11 +168,12 @@ def whole_graph_part(
         num_classes=int(graph.num_classes),
         num_features=graph.num_features,
         num_train_global=num_train,
-        partition_hash=_graph_hash(graph),
+        partition_hash=_graph_hash(graph, None if cut_link is None else cut_link.digest),
         num_blocks=blocks.num_blocks,
         block_ids=np.arange(blocks.num_blocks, dtype=np.int64),
         block_rows=block_rows,
         block_ptr=block_ptr,
+        link=None if cut_link is None else link_view(cut_link.arrays(0)),
         **arrays,
         meta={
             "dataset": graph.name,
@@ -177,5 +190,6 @@ def whole_graph_part(
             "block_sha256": blocks.digest(),
             # which of the dataset's fixed splits the masks are, as a partition's meta.json says
             **({"split": int(graph.meta["split"])} if "split" in graph.meta else {}),
+            **({} if cut_link is None else {"link": cut_link.meta()}),
         },
     )

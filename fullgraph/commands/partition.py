@@ -19,7 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "OUT/part-<r>/*.npy (inner nodes, halo nodes, local CSR of incoming edges, "
             "features, labels, masks, send/receive maps). Writes to a temporary directory and "
             "renames it at the end; prints the partition report (time and peak memory per "
-            "stage, edge cut, halo rows, imbalance)."
+            "stage, edge cut, halo rows, imbalance). A link-prediction dataset is partitioned "
+            "on its message-passing graph and every part carries the supervision edges its "
+            "nodes anchor (a split whose held-out edges are still in the graph is refused)."
         ),
     )
     parser.add_argument("--dataset", help="dataset name, e.g. arxiv-synth, cora (with --root)")
@@ -100,6 +102,7 @@ def _partition(args: argparse.Namespace) -> int:
     from fullgraph.datasets.paths import dataset_inputs
     from fullgraph.partition.assign import check_num_parts, resolve_assign
     from fullgraph.partition.build import PARTITION, partition_graph
+    from fullgraph.partition.link_parts import dataset_link_split
     from fullgraph.partition.report import format_report
 
     setup_logging()  # progress to stdout: a failure's stderr is its one error line
@@ -126,6 +129,8 @@ def _partition(args: argparse.Namespace) -> int:
         graph = read_saved(args.pyg)
     else:  # read in place: parts are built one by one
         graph = load(args.dataset, args.root, mmap=True, split=args.split)
+    # a link dataset's supervision edges; partition_graph refuses a leak before any work
+    link = None if args.pyg is not None else dataset_link_split(args.dataset, args.root)
     # Raises (nothing printed as success) when --out appears meanwhile without --force, and
     # lets SIGTERM / Ctrl-C through so that the temporary directory is removed.
     meta = partition_graph(
@@ -138,8 +143,11 @@ def _partition(args: argparse.Namespace) -> int:
         metis=args.metis,
         assign=args.assign,
         block_size=args.block_size,
+        link=link,
     )
     print(format_report(meta))
+    if link is not None:
+        print(_link_report(meta))
     print(
         f"wrote {args.out} ({meta['num_parts']} parts); check it with `fullgraph verify {args.out}`"
     )
@@ -169,3 +177,13 @@ def _check_source(args: argparse.Namespace) -> None:
     if args.dataset is None or args.root is None:
         missing = "--root DIR" if args.root is None else "--dataset NAME"
         raise ConfigError(f"{missing} is needed too (or --pyg FILE instead of both)")
+
+
+def _link_report(meta: dict) -> str:
+    """The supervision edges the parts carry: per split the total and each part's share."""
+    info = meta["link"]
+    lines = [f"link split {info['name']} ({info['metric']}), edges stored at their source's owner:"]
+    for key in ("train", "valid", "valid_neg", "test", "test_neg"):
+        per_part = " / ".join(f"{q['link'][key]:,}" for q in meta["parts"])
+        lines.append(f"  {key:<9} {info['counts'][key]:>12,}   per part: {per_part}")
+    return "\n".join(lines)

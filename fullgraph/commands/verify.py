@@ -40,14 +40,18 @@ def _verify(args: argparse.Namespace) -> int:
     from fullgraph.partition.verify import verify_partitions
 
     meta, _ = read_meta(args.dir)
-    graph = None
+    graph = link = None
     if args.dataset is not None and args.root is None:
         raise ConfigError("--dataset needs --root (the dataset root directory)")
     if args.root is not None:
         from fullgraph.datasets import load
 
         graph = load(args.dataset or meta["dataset"], args.root, mmap=True)  # read in place
-    summary = verify_partitions(args.dir, graph)
+        if "link" in meta:
+            from fullgraph.partition.link_parts import dataset_link_split
+
+            link = dataset_link_split(args.dataset or meta["dataset"], args.root)
+    summary = verify_partitions(args.dir, graph, link)
     source = f"against {graph.name}" if graph is not None else "internal consistency only"
     print(
         f"OK {args.dir}: {summary['num_parts']} parts, {summary['num_nodes']:,} nodes each owned "
@@ -55,4 +59,13 @@ def _verify(args: argparse.Namespace) -> int:
         f"{summary['total_halo_rows']:,} halo rows with symmetric send/receive maps, "
         f"{summary['files_checked']} checksums match ({source})"
     )
+    if summary["link"] is not None:
+        c = summary["link"]["counts"]
+        print(
+            f"OK link split {summary['link']['name']}: {c['train']:,} train, {c['valid']:,} "
+            f"valid ({c['valid_neg']:,} negatives), {c['test']:,} test ({c['test_neg']:,} "
+            f"negatives) each stored once at its source's owner; no held-out edge in the "
+            f"message-passing graph"
+            + ("" if link is None else f" (the dataset's split, {args.root})")
+        )
     return 0
