@@ -18,7 +18,8 @@ link_<s>_neg_id    [m]         valid/test, negative pairs only: their rows in
 ================== =========== =========================================================
 
 Rows are sorted by (anchor global id, row id), so the files do not depend on any hash or dict
-order. ``meta.json["link"]`` holds the split's ``name``, ``metric``, ``per_edge_negatives``,
+order. ``meta.json["link"]`` holds the split's ``name``, ``num_nodes``, ``metric``,
+``per_edge_negatives``,
 ``undirected``, ``num_negatives_per_edge`` (K, 0 for pairs), ``counts`` (``train``,
 ``valid``, ``valid_neg``, ``test``, ``test_neg``: rows of each split's arrays) and
 ``split_sha256`` (:func:`split_digest`); ``parts[r]["link"]`` the same counts of part ``r``.
@@ -207,6 +208,7 @@ class LinkParts:
         counts.update({f"{s}_neg": int(len(split.negatives[s])) for s in EVAL_SPLITS})
         return {
             "name": split.name,
+            "num_nodes": int(split.num_nodes),
             "metric": split.metric,
             "per_edge_negatives": bool(split.per_edge_negatives),
             "undirected": bool(split.undirected),
@@ -238,6 +240,11 @@ def check_link_meta(meta: dict, meta_path: Path) -> None:
         value = info.get(key)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise PartitionError(f"{meta_path}: link.{key} must be a {kind.__name__}; {REWRITE}")
+    if info.get("num_nodes", meta["num_nodes"]) != meta["num_nodes"]:  # older ones have none
+        raise PartitionError(
+            f"{meta_path}: link.num_nodes is {info['num_nodes']} but num_nodes is "
+            f"{meta['num_nodes']}; {REWRITE}"
+        )
     k = _count(meta_path, "link.num_negatives_per_edge", info["num_negatives_per_edge"])
     if info["per_edge_negatives"] != (k > 0):
         raise PartitionError(

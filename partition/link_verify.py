@@ -93,7 +93,8 @@ def verify_link(
     message-passing graph of the parts' CSR.
 
     Returns:
-        ``{"counts", "metric", "name", "leaked"}`` (``leaked`` is 0: any leak raises).
+        ``{"name", "metric", "num_negatives_per_edge", "counts", "leaked"}`` (``leaked`` is
+        0: any leak raises).
 
     Raises:
         PartitionError: the first problem, in one line.
@@ -134,4 +135,10 @@ def verify_link(
                 f"graph (a leak): held-out edges must leave it in both directions; partition "
                 f"a split without the leak (`fullgraph data linksplit` writes one)"
             )
-    return {"name": info["name"], "metric": info["metric"], "counts": dict(counts), "leaked": 0}
+    return {
+        "name": info["name"],
+        "metric": info["metric"],
+        "num_negatives_per_edge": k,
+        "counts": dict(counts),
+        "leaked": 0,
+    }

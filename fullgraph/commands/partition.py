@@ -182,7 +182,12 @@ def _check_source(args: argparse.Namespace) -> None:
 def _link_report(meta: dict) -> str:
     """The supervision edges the parts carry: per split the total and each part's share."""
     info = meta["link"]
-    lines = [f"link split {info['name']} ({info['metric']}), edges stored at their source's owner:"]
+    k = info["num_negatives_per_edge"]
+    layout = f"; *_neg: rows of {k} negative targets" if k else ""
+    lines = [
+        f"link split {info['name']} ({info['metric']}), edges stored at their source's "
+        f"owner{layout}:"
+    ]
     for key in ("train", "valid", "valid_neg", "test", "test_neg"):
         per_part = " / ".join(f"{q['link'][key]:,}" for q in meta["parts"])
         lines.append(f"  {key:<9} {info['counts'][key]:>12,}   per part: {per_part}")

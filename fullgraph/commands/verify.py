@@ -60,12 +60,15 @@ def _verify(args: argparse.Namespace) -> int:
         f"{summary['files_checked']} checksums match ({source})"
     )
     if summary["link"] is not None:
-        c = summary["link"]["counts"]
+        c, k = summary["link"]["counts"], summary["link"]["num_negatives_per_edge"]
+        neg = {
+            s: f"{k} negatives each" if k else f"{c[s + '_neg']:,} negatives"
+            for s in ("valid", "test")
+        }
         print(
             f"OK link split {summary['link']['name']}: {c['train']:,} train, {c['valid']:,} "
-            f"valid ({c['valid_neg']:,} negatives), {c['test']:,} test ({c['test_neg']:,} "
-            f"negatives) each stored once at its source's owner; no held-out edge in the "
-            f"message-passing graph"
+            f"valid ({neg['valid']}), {c['test']:,} test ({neg['test']}) each stored once at "
+            f"its source's owner; no held-out edge in the message-passing graph"
             + ("" if link is None else f" (the dataset's split, {args.root})")
         )
     return 0

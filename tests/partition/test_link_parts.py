@@ -154,6 +154,7 @@ def test_parts_carry_every_edge_once_at_its_source(tmp_path, num_parts, method, 
     summary = verify_partitions(out, graph, split)
     assert summary["link"]["counts"]["valid"] == len(split.edges["valid"])
     assert summary["link"]["leaked"] == 0
+    assert summary["link"]["num_negatives_per_edge"] == (5 if per_edge else 0)
 
 
 def test_files_follow_the_edges_not_the_row_order(tmp_path):
@@ -234,6 +235,11 @@ def test_load_refuses_damaged_or_miscounted_arrays(parts2):
     with pytest.raises(PartitionError, match=r"link_valid_neg\.npy"):
         verify_partitions(out)
     meta = json.loads((out / "meta.json").read_text())
+    meta["link"]["num_nodes"] += 1
+    (out / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(PartitionError, match=r"link\.num_nodes is 241 but num_nodes is 240"):
+        load_partition(out, 0)
+    meta["link"]["num_nodes"] -= 1
     meta["parts"][0]["link"]["train"] += 1
     (out / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(PartitionError, match=r"link\.counts\.train is \d+ but the parts'"):
@@ -314,6 +320,7 @@ def test_partition_and_verify_commands(tmp_path, monkeypatch, capsys):
     code, stdout, err = run_cli(["verify", str(out), "--root", str(root)], capsys)
     assert code == 0, err
     assert f"OK link split linky: {len(split.edges['train']):,} train" in stdout
+    assert f"({len(split.negatives['test']):,} negatives) each stored once" in stdout
     leaky = LinkSplit(split.name, split.num_nodes, dict(split.edges), split.negatives)
     leaky.edges["valid"] = np.concatenate([split.edges["train"][:2], split.edges["valid"]])
     leaky.edges["train"] = split.edges["train"][2:]
