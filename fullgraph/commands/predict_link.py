@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from fullgraph.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fullgraph.commands.predict import PredictCommand
     from fullgraph.run.command import Job
     from fullgraph.training.model_file import ModelFile
 
@@ -40,9 +39,14 @@ def check_link_request(
             raise ConfigError(f"{flag} applies to node models; a link model writes pair scores")
 
 
-def run_link(cmd: PredictCommand, job: Job) -> dict[str, Any]:
+def run_link(cmd: Any, job: Job) -> dict[str, Any]:
     """Score ``--pairs`` with the link model on every rank; rank 0 writes ``scores.npy``,
-    ``probabilities.npy`` and ``predict.json`` (one directory, atomic)."""
+    ``probabilities.npy`` and ``predict.json`` (one directory, atomic).
+
+    Args:
+        cmd: the :class:`~fullgraph.commands.predict.PredictCommand` (checked, configured).
+        job: its job.
+    """
     import numpy as np
 
     from fullgraph.atomic import atomic_dir, atomic_write_json, check_output

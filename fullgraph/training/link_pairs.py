@@ -207,7 +207,7 @@ def link_meta(split: LinkSplit) -> dict[str, object]:
     counts = {s: int(len(split.edges[s])) for s in LINK_SPLITS}
     for s in EVAL_SPLITS:
         neg = split.negatives[s]
-        counts[f"{s}_neg"] = int(neg.size if split.per_edge_negatives else len(neg))
+        counts[f"{s}_neg"] = int(len(neg))  # rows: pairs, or positives with K targets each
     return {
         "name": split.name,
         "metric": split.metric,
