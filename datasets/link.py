@@ -234,13 +234,12 @@ def _check_negatives(split: LinkSplit, s: str, positives: np.ndarray, at: str) -
             out_of_range += int(bad.sum())
             continue
         keys = pair_keys(pairs, n, split.undirected)
-        at_key = np.minimum(np.searchsorted(positives, keys), max(0, positives.size - 1))
-        hit = positives[at_key] == keys if positives.size else np.zeros(keys.size, np.bool_)
-        if hit.any():
+        found = _in_sorted(positives, np.sort(keys))  # sorted queries: cache-friendly search
+        if found:
             if first_hit is None:
-                e = int(np.argmax(hit))
+                e = int(np.argmax(np.isin(keys, positives)))
                 first_hit = (pairs[e, 0], pairs[e, 1])
-            hits += int(hit.sum())
+            hits += found
     if first_out is not None:
         e, u, v = first_out
         raise DataError(
@@ -250,3 +249,11 @@ def _check_negatives(split: LinkSplit, s: str, positives: np.ndarray, at: str) -
         raise DataError(
             f"{at}{hits} {s} negatives are positive edges, e.g. ({first_hit[0]}, {first_hit[1]})"
         )
+
+
+def _in_sorted(keys: np.ndarray, query: np.ndarray) -> int:
+    """How many of ``query`` (ascending) are in ``keys`` (ascending)."""
+    if keys.size == 0 or query.size == 0:
+        return 0
+    at = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+    return int(np.count_nonzero(keys[at] == query))
