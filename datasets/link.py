@@ -58,15 +58,25 @@ def pair_keys(pairs: np.ndarray, num_nodes: int, undirected: bool) -> np.ndarray
 
 def leaked_edges(pairs: np.ndarray, indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> int:
     """How many of ``pairs`` (held-out positives) are an edge, in either direction, of the
-    message-passing graph in CSR (``indices[indptr[v]:indptr[v+1]]`` the sources of ``v``)."""
+    message-passing graph in CSR (``indices[indptr[v]:indptr[v+1]]`` the sources of ``v``).
+
+    The graph's entries are looked up, in chunks, among the (few) keys of the pairs, so the
+    memory is the pairs' and one chunk's, whatever the graph's size."""
     if len(pairs) == 0:
         return 0
-    rows = np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr))
-    graph = np.unique(rows * np.int64(num_nodes) + np.asarray(indices, dtype=np.int64))
+    n = np.int64(num_nodes)
     u, v = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
-    forward = np.isin(v * np.int64(num_nodes) + u, graph)  # edge u -> v: source u of row v
-    backward = np.isin(u * np.int64(num_nodes) + v, graph)
-    return int(np.count_nonzero(forward | backward))
+    forward, backward = v * n + u, u * n + v  # edge u -> v: source u of row v; and v -> u
+    wanted = np.unique(np.concatenate([forward, backward]))
+    seen = np.zeros(wanted.size, dtype=np.bool_)
+    rows = np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr))
+    last = wanted.size - 1
+    for s in range(0, rows.size, CHECK_CHUNK):
+        keys = rows[s : s + CHECK_CHUNK] * n + np.asarray(indices[s : s + CHECK_CHUNK], np.int64)
+        at = np.minimum(np.searchsorted(wanted, keys), last)
+        seen[at[wanted[at] == keys]] = True
+    found = seen[np.searchsorted(wanted, forward)] | seen[np.searchsorted(wanted, backward)]
+    return int(np.count_nonzero(found))
 
 
 @dataclass
