@@ -10,6 +10,7 @@ evaluation, predict's writes); the layers and the set-up of their operator are a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -247,6 +248,8 @@ class RankReplay:
                 norm_saved.append(self._between_forward(i, True))
                 cur = f"h{i + 1}"
         led.phase = "loss"
+        if self.cfg.task == "link":
+            self._link_pairs(C)
         led.rename(f"Y{L - 1}", "logits")
         led.add("loss rows", "working", (2 * F32 * C + I64) * t)
         led.drop("logits")  # fit() lets the logits go before the backward pass
@@ -328,11 +331,48 @@ class RankReplay:
         led.add("dY", "working", F32 * n * o)
         led.drop("dh")
 
+    def _link_pairs(self, d: int) -> None:
+        """A link step's pairs (:mod:`fullgraph.training.link_trainer`): ``m`` pairs of the
+        rank (its training edges in one batch, with their negatives), their anchor and target
+        rows and the fetched remote rows, the decoder's saved rows, then the backward's pair
+        gradients and the ordered terms of every node's sum (``2 m`` rows)."""
+        led, p, cfg = self.led, self.p, self.cfg
+        total = max(self.g.link_train_total, 1)
+        share = min(1.0, cfg.link_batch / total) if cfg.link_batch else 1.0
+        m = math.ceil((1 + cfg.neg_ratio) * p.link_train * share)
+        fetched = min(m, self.num_nodes - p.num_inner)
+        hidden = cfg.decoder_layers if cfg.decoder == "mlp" else 0
+        led.phase = "loss, link pairs"
+        led.add("pair rows", "working", F32 * d * (2 * m + fetched))
+        led.add("decoder rows", "saved", F32 * d * m * hidden)
+        led.phase = "backward, link pairs"
+        led.add("pair gradients", "working", F32 * d * m * 4 + I64 * 2 * m)
+        led.drop("decoder rows", "pair rows")
+        led.add("dH", "working", F32 * d * p.num_inner)
+        led.drop("pair gradients", "dH")
+        led.phase = "loss"
+
+    def _link_scores(self, d: int) -> None:
+        """An evaluation's scores: one chunk of pairs' rows at a time, every rank's scores of
+        a split gathered on every rank (scores and their rows)."""
+        from fullgraph.training.link_pairs import SCORE_CHUNK
+
+        led, g = self.led, self.g
+        mine = math.ceil(g.link_eval_pairs * self.p.num_inner / max(self.num_nodes, 1))
+        chunk = min(SCORE_CHUNK, mine)  # the rank's pairs: its share of the split's
+        fetched = min(chunk, self.num_nodes - self.p.num_inner)
+        led.phase = "evaluation, link scores"
+        led.add("gathered scores", "working", (F32 + I64) * 2 * g.link_eval_pairs)
+        led.add("scored rows", "working", F32 * d * (3 * chunk + fetched))
+        led.drop("scored rows", "gathered scores")
+
     def evaluate(self) -> None:
         """The evaluation forward pass (no dropout, float32 exchanges, nothing saved)."""
         led, p, dims = self.led, self.p, self.dims
         L = len(dims) - 1
         self._forward_without_grad("evaluation")
+        if self.cfg.task == "link":
+            self._link_scores(dims[-1])
         led.add("predictions", "working", (I64 + 1) * p.num_inner)
         led.drop(f"Y{L - 1}", "predictions")
 

@@ -23,6 +23,7 @@ class PartShape:
         num_send: ``S``, rows it sends per exchange.
         num_train: ``t``, its training rows.
         halo_edges: ``e_h``, its edges from halo rows (estimated: ``edge_cut * e / E``).
+        link_train: its supervision training edges (link prediction; 0 otherwise).
     """
 
     rank: int
@@ -32,6 +33,7 @@ class PartShape:
     num_send: int
     num_train: int
     halo_edges: int
+    link_train: int = 0
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class GraphShape:
     edge_weight: bool = False
     #: width ``F_e`` of the stored edge feature rows (``4 e F_e``; 0: none)
     edge_dim: int = 0
+    #: link prediction: every part's training edges, and the most pairs one evaluation
+    #: split scores (positives and negatives; 0 for node classification)
+    link_train_total: int = 0
+    link_eval_pairs: int = 0
 
     def edge_value_bytes(self, part: PartShape) -> int:
         """Bytes of ``part``'s stored edge values as loaded (``edge_weight``, ``in_weight``,
@@ -78,8 +84,17 @@ class GraphShape:
                     num_send=int(p.get("num_send", sent)),
                     num_train=int(p["num_train"]),
                     halo_edges=min(e, math.ceil(cut * e / total)),
+                    link_train=int(p.get("link", {}).get("train", 0)),
                 )
             )
+        link = meta.get("link") or {}
+        counts = link.get("counts", {})
+        k = int(link.get("num_negatives_per_edge", 0) or 0)
+        per_edge = bool(link.get("per_edge_negatives", False))
+        evals = [
+            int(counts.get(s, 0)) + int(counts.get(f"{s}_neg", 0)) * (k if per_edge else 1)
+            for s in ("valid", "test")
+        ]
         return cls(
             dataset=str(meta["dataset"]),
             num_parts=int(meta["num_parts"]),
@@ -88,6 +103,8 @@ class GraphShape:
             parts=tuple(parts),
             edge_weight=bool(meta.get("edge_weight", False)),
             edge_dim=int(meta.get("edge_dim", 0)),
+            link_train_total=int(counts.get("train", 0)),
+            link_eval_pairs=max(evals),
         )
 
     @classmethod
