@@ -109,7 +109,16 @@ class GraphShape:
 
     @classmethod
     def from_part(cls, part: Partition, dataset: str = "") -> GraphShape:
-        """The shape of a one-rank job's part (a whole graph: no halo, nothing sent)."""
+        """The shape of a one-rank job's part (a whole graph: no halo, nothing sent; a link
+        part's supervision edges)."""
+        link = getattr(part, "link", None) or {}
+        train = int(len(link["train"])) if "train" in link else 0
+        evals = []
+        for name in ("valid", "test"):
+            if name in link and f"{name}_neg" in link:
+                neg = link[f"{name}_neg"]  # pairs [m, 2] (with row ids), or [e, K] targets
+                pairs = len(neg) if f"{name}_neg_id" in link else int(neg.size)
+                evals.append(int(len(link[name])) + pairs)
         return cls(
             dataset=dataset,
             num_parts=1,
@@ -124,8 +133,11 @@ class GraphShape:
                     num_send=0,
                     num_train=int(part.train_mask.sum()),
                     halo_edges=0,
+                    link_train=train,
                 ),
             ),
             edge_weight=part.edge_weight is not None,
             edge_dim=int(part.edge_dim),
+            link_train_total=train,
+            link_eval_pairs=max(evals, default=0),
         )
