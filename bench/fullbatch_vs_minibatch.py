@@ -93,7 +93,7 @@ SETTINGS = {
         # and mlp+cs is Linear + C&S (OGB's 83.01): an MLP step costs half a SAGE step here
         "recipes": {
             # SIGN at 128 wide: 3 hops x 256 are 28.7 GiB on 4 ranks (`fullgraph plan`)
-            "sign": {"lr": 0.01, "epochs": 60, "eval_every": 5, "flags": ["--hidden", "128"]},
+            "sign": {"lr": 0.01, "epochs": 60, "eval_every": 5, "hidden": 128},
             "sgc": {"lr": 0.1, "epochs": 60, "eval_every": 5},
             "appnp": {"lr": 0.01, "epochs": 30, "eval_every": 5},
             "mlp+cs": {"lr": 0.01, "epochs": 100, "eval_every": 50, "layers": 1},

@@ -56,7 +56,8 @@ METHODS: dict[str, Method] = {
 
 #: Every method's recipe where a dataset's ``SETTINGS[...]["recipes"]`` names none: Adam
 #: learning rate, epochs (scaled by ``--epoch-scale``), evaluation cadence, and optionally
-#: ``layers`` (over the method's) and more ``flags`` (after the bench's: they win).
+#: ``layers`` (over the method's), ``hidden`` (over the bench's ``--hidden``) and more
+#: ``flags`` (after the bench's: they win).
 DEFAULT_RECIPES: dict[str, dict] = {
     "sign": {"lr": 0.01, "epochs": 100, "eval_every": 5},
     "sgc": {"lr": 0.1, "epochs": 100, "eval_every": 5},
@@ -93,6 +94,8 @@ def method_command(
     layers = r.get("layers", m.layers)
     cmd = [*prefix, "--model", m.model, "--layers", str(layers), "--lr", str(r["lr"])]
     cmd += [*model_flags, "--eval-every", str(r["eval_every"]), *m.flags]
+    if "hidden" in r:  # after the bench's --hidden: argparse keeps the last
+        cmd += ["--hidden", str(r["hidden"])]
     return [*cmd, *r.get("flags", ()), "--epochs", str(epochs), "--force"]
 
 

@@ -71,7 +71,7 @@ def test_every_method_is_a_train_command_fullgraph_accepts(dataset, ranks, argv,
             r["lr"],
         )
         assert (config.epochs, config.eval_every) == (round(r["epochs"] * scale), r["eval_every"])
-        assert config.hidden == args.hidden and config.seed == 0
+        assert config.hidden == r.get("hidden", args.hidden) and config.seed == 0
         assert (config.correct_smooth_params() is not None) == m.smoothing
         if m.precompute:
             assert int(_flag(cmd, "--hops")) == config.hops
