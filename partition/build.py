@@ -6,7 +6,6 @@ The on-disk layout is described in :mod:`fullgraph.partition.format`.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,15 +13,7 @@ import numba
 import numpy as np
 from tqdm import tqdm
 
-from fullgraph.atomic import (
-    OutputKind,
-    atomic_dir,
-    atomic_write_json,
-    holds,
-    is_plain_dir,
-    is_plain_file,
-    read_marker,
-)
+from fullgraph.atomic import atomic_dir, atomic_write_json
 from fullgraph.datasets.graph import SPLITS, Graph, first_overlap, split_name
 from fullgraph.datasets.link import LinkSplit
 from fullgraph.errors import DataError, PartitionError
@@ -34,82 +25,18 @@ from fullgraph.partition.blocks import (
     part_block_arrays,
 )
 from fullgraph.partition.format import (
-    BLOCK_ARRAYS,
-    EDGE_ARRAYS,
     FORMAT_VERSION,
     META_NAME,
-    PART_ARRAYS,
     part_dir_name,
 )
 from fullgraph.partition.link_parts import LinkParts, check_link_split
 from fullgraph.partition.npy_files import ChunkedArray, save_array
+from fullgraph.partition.output_kind import PARTITION, check_partition_out
 from fullgraph.partition.report import build_report
 from fullgraph.resources import StageTimer
 
 #: Entries (edges or feature values) a part's builder holds at a time while streaming a file.
 CHUNK_ELEMENTS = 1 << 24
-
-_PART_DIR = re.compile(r"part-\d+")
-#: The folder of SGC's and SIGN's hops kept with the partition
-#: (:mod:`fullgraph.propagation.cache`); replaced with the partition.
-PRECOMPUTE_DIR = "precompute"
-
-
-def _not_a_partition(path: Path) -> str | None:
-    """``None`` when ``path`` is a partition directory :func:`write_partitions` wrote (or an
-    empty directory), else what makes it someone else's.
-
-    Ours: a ``meta.json`` with the partition format's fields (``format_version``,
-    ``num_parts``, ``files``; any version) and ``part-<r>/`` directories of ``.npy`` files that
-    ``meta.json`` lists (or that the format names), and the hops training precomputed on it
-    (:data:`PRECOMPUTE_DIR`), nothing else.
-    """
-    if not path.is_dir():
-        return "it is a file" if path.is_file() else "it is not a directory"
-    meta = read_marker(path / META_NAME)
-    if not (isinstance(meta, dict) and {"format_version", "num_parts", "files"} <= set(meta)):
-        meta = None
-    files = meta["files"] if meta is not None and isinstance(meta["files"], dict) else {}
-    unexpected: list[Path] = []
-    entries = sorted(path.iterdir())
-    for entry in entries:
-        if entry.name == META_NAME and meta is not None:
-            continue
-        if _PART_DIR.fullmatch(entry.name) and is_plain_dir(entry):
-            for f in entry.iterdir():
-                listed = f"{entry.name}/{f.name}" in files or (
-                    f.suffix == ".npy"
-                    and (f.stem in PART_ARRAYS or f.stem in EDGE_ARRAYS or f.stem in BLOCK_ARRAYS)
-                )
-                if not (listed and is_plain_file(f)):
-                    unexpected.append(f)
-            continue
-        if entry.name == PRECOMPUTE_DIR and is_plain_dir(entry):
-            continue
-        unexpected.append(entry)
-    reason = holds(path, unexpected)
-    if reason is None and meta is None and entries:
-        reason = f"it has no {META_NAME} of a partition"
-    return reason
-
-
-#: A partition directory: ``--force`` replaces only one that :func:`write_partitions` wrote.
-PARTITION = OutputKind("a partition", _not_a_partition)
-
-
-def check_partition_out(
-    out: str | os.PathLike[str], force: bool, option: str | None = None
-) -> None:
-    """Refuse ``out`` unless it is new, or a partition fullgraph wrote and ``force`` is given.
-
-    Raises:
-        ConfigError: ``out`` holds something else than a partition fullgraph wrote.
-        FileExistsError: ``out`` exists and ``force`` is false.
-    """
-    PARTITION.check_replaceable(out, option)
-    if os.path.lexists(out) and not force:
-        named = f"{option} {out}" if option else str(out)
-        raise FileExistsError(f"{named} already exists (use --force to replace it)")
 
 
 @numba.njit(cache=True, nogil=True)

@@ -101,8 +101,9 @@ def _partition(args: argparse.Namespace) -> int:
     from fullgraph.datasets import load
     from fullgraph.datasets.paths import dataset_inputs
     from fullgraph.partition.assign import check_num_parts, resolve_assign
-    from fullgraph.partition.build import PARTITION, partition_graph
+    from fullgraph.partition.build import partition_graph
     from fullgraph.partition.link_parts import dataset_link_split
+    from fullgraph.partition.output_kind import PARTITION
     from fullgraph.partition.report import format_report
 
     setup_logging()  # progress to stdout: a failure's stderr is its one error line

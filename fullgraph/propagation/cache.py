@@ -30,9 +30,11 @@ import torch
 
 from fullgraph.atomic import atomic_write_json
 from fullgraph.errors import ConfigError, one_line
-from fullgraph.partition.build import PRECOMPUTE_DIR  # a partition's own (--force keeps it ours)
 from fullgraph.partition.format import sha256_file
 from fullgraph.partition.npy_files import npy_header
+
+# a partition's own folder (--force keeps it ours)
+from fullgraph.partition.output_kind import PRECOMPUTE_DIR
 from fullgraph.renames import fsync_dir, remove_stale, temporary_name
 
 #: The manifest of one entry.

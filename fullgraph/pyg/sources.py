@@ -81,7 +81,8 @@ def partition(
     """
     from fullgraph.atomic import check_output
     from fullgraph.partition.assign import METHODS, check_num_parts
-    from fullgraph.partition.build import PARTITION, partition_graph
+    from fullgraph.partition.build import partition_graph
+    from fullgraph.partition.output_kind import PARTITION
 
     if method not in METHODS:
         raise ConfigError(f"partition: method {method!r} is not one of {', '.join(METHODS)}")

@@ -27,7 +27,7 @@ def _directory_kinds() -> list[tuple[OutputKind, tuple[str, ...]]]:
     """The directory kinds with the files that mark one (imported here: each lives with its
     writer)."""
     from fullgraph.datasets.ogb_writer import DATASET
-    from fullgraph.partition.build import PARTITION
+    from fullgraph.partition.output_kind import PARTITION
     from fullgraph.run.checkpoint import CHECKPOINT_DIR, CHECKPOINT_NAME, LOCK_NAME
     from fullgraph.run.prediction_dir import PREDICTION, SUMMARY
 

@@ -182,7 +182,7 @@ def test_train_twice_and_predict_read_the_cache(parts: Path, tmp_path: Path, cap
 def test_a_partition_with_its_hops_is_still_ours(parts: Path, computed: list[int]) -> None:
     """``fullgraph partition --force`` replaces a partition holding hops (and them with it);
     a stray file beside them is still someone else's."""
-    from fullgraph.partition.build import PARTITION
+    from fullgraph.partition.output_kind import PARTITION
 
     _hops(parts)
     assert PARTITION.foreign(parts) is None
