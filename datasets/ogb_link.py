@@ -84,7 +84,11 @@ def is_link_dataset(root: str | Path, name: str) -> bool:
     d = dataset_dir(root, name)
     if not (d / "meta.json").is_file():
         return False
-    return read_marker(d).get("task") == LINK_TASK
+    try:
+        marker = read_marker(d)
+    except DataError:  # not a marker of ours: the node reader names what is wrong there
+        return False
+    return marker.get("task") == LINK_TASK
 
 
 def _split_dir(d: Path, name: str, marker: dict) -> Path:
