@@ -35,8 +35,7 @@ from fullgraph.kernels.pair_loss import pair_bce
 from fullgraph.link_metrics import link_scores
 from fullgraph.models.link_decoder import LinkModel
 from fullgraph.partition import Partition
-from fullgraph.run.epochs import EpochStats, reduce_gradients
-from fullgraph.run.optim import scheduled_lr
+from fullgraph.run.epochs import EpochStats
 from fullgraph.training.link_pairs import (
     edge_batches,
     link_meta,
@@ -158,14 +157,8 @@ class LinkTrainer(Trainer):
         halo0, red0 = self.comm.wait_s["halo"], self.comm.wait_s["reduce"]
         t0 = time.perf_counter()
         self.model.train()
-        blocks = self.ctx.blocks
-        tree = BlockGradients(blocks) if blocks is not None else None
+        tree = self.fresh_tree()
         ptree = BlockGradients(pairs.layout) if tree is not None else None
-        if tree is None:
-            self.optimizer.zero_grad()
-        else:
-            for p in self.model.parameters():
-                p.grad = None
         plan = PairRows.build(
             self.comm, self.owners, pairs.anchors, pairs.targets, pairs.keys, self.num_inner
         )
@@ -184,12 +177,7 @@ class LinkTrainer(Trainer):
             loss.backward()
         if tree is not None:
             tree.absorb(ptree)
-        global_loss = reduce_gradients(
-            list(self.model.parameters()), loss, self.comm, epoch, "epoch", tree
-        )
-        cfg = self.config
-        self.optimizer.lr = scheduled_lr(cfg.lr, epoch, cfg.epochs, cfg.lr_warmup, cfg.lr_schedule)
-        self.optimizer.step()
+        global_loss = self.apply_step(loss, epoch, tree)
         return StepResult(
             loss=global_loss,
             seconds=time.perf_counter() - t0,

@@ -197,13 +197,7 @@ class Trainer(EpochLoop):
         codec0 = compression.codec_s if compression is not None else 0.0
         t0 = time.perf_counter()
         self.model.train()
-        blocks = self.ctx.blocks
-        tree = BlockGradients(blocks) if blocks is not None else None
-        if tree is None:
-            self.optimizer.zero_grad()
-        else:  # no .grad: a parameter that gets one used autograd besides the block tree
-            for p in self.model.parameters():
-                p.grad = None
+        tree = self.fresh_tree()
         with self.ctx.plan.training_step(epoch), collecting(tree):
             logits = self.model(self.data["x"], self.ctx, epoch=epoch, training=True)
             mask = self.data["train"]
@@ -219,12 +213,7 @@ class Trainer(EpochLoop):
             if not keep_logits:
                 logits = None
             loss.backward()
-        global_loss = reduce_gradients(
-            list(self.model.parameters()), loss, self.comm, epoch, "epoch", tree
-        )
-        cfg = self.config
-        self.optimizer.lr = scheduled_lr(cfg.lr, epoch, cfg.epochs, cfg.lr_warmup, cfg.lr_schedule)
-        self.optimizer.step()
+        global_loss = self.apply_step(loss, epoch, tree)
         return StepResult(
             loss=global_loss,
             seconds=time.perf_counter() - t0,
@@ -233,6 +222,30 @@ class Trainer(EpochLoop):
             logits=None if logits is None else logits.detach(),
             codec_s=(compression.codec_s - codec0) if compression is not None else 0.0,
         )
+
+    def fresh_tree(self) -> BlockGradients | None:
+        """The step's block tree (``None`` without the part's blocks), every gradient cleared
+        for it: zeroed without a tree; with one, no ``.grad`` at all (a parameter that gets
+        one used autograd besides the block tree)."""
+        blocks = self.ctx.blocks
+        tree = BlockGradients(blocks) if blocks is not None else None
+        if tree is None:
+            self.optimizer.zero_grad()
+        else:
+            for p in self.model.parameters():
+                p.grad = None
+        return tree
+
+    def apply_step(self, loss: torch.Tensor, epoch: int, tree: BlockGradients | None) -> float:
+        """The gradients summed over every rank (through ``tree`` where it holds them), the
+        scheduled learning rate, one optimiser step; the global loss."""
+        global_loss = reduce_gradients(
+            list(self.model.parameters()), loss, self.comm, epoch, "epoch", tree
+        )
+        cfg = self.config
+        self.optimizer.lr = scheduled_lr(cfg.lr, epoch, cfg.epochs, cfg.lr_warmup, cfg.lr_schedule)
+        self.optimizer.step()
+        return global_loss
 
     def train_epoch(self, epoch: int) -> EpochStats:
         """One full-batch step (an epoch is one step)."""
