@@ -73,6 +73,12 @@ EXIT_UNREACHABLE = 4
 #: most the watchdog waits for ``MPI_Abort`` before it ends the process itself.
 FLUSH_GRACE_S = 0.5
 ABORT_WAIT_S = 3.0
+#: The most a rank's forked helper waits for the launcher to reap the rank before it ends the
+#: job's stopped ranks (:meth:`Watchdog._end_stopped_peers`).
+REAPED_WAIT_S = 60.0
+#: Then the most it waits for the launcher to end those ranks itself (hydra does, at once on a
+#: quiet node; a kill first would make their signal the job's status).
+PEERS_END_WAIT_S = 10.0
 
 
 class Terminated(KeyboardInterrupt):
@@ -326,11 +332,13 @@ class Watchdog:
         return "every other rank is running (one may be stalled)"
 
     def _end_stopped_peers(self) -> None:
-        """Kill, a moment after this process has ended, this job's ranks on this node that are
-        still stopped then: before MPI is up no ``MPI_Abort`` reaches them and a stopped
-        process acts on no signal but SIGKILL, so a launcher that did not kill them would wait
-        for ever. A forked process does it (holding none of the job's pipes) so that this
-        rank's exit status is the job's (the launcher reports the first rank to end)."""
+        """Kill this job's ranks on this node that are still stopped once the launcher has
+        reaped this process and has not ended them itself: before MPI is up no ``MPI_Abort``
+        reaches them and a stopped process acts on no signal but SIGKILL, so a launcher that
+        did not kill them would wait for ever. A forked process does it (holding none of the
+        job's pipes), after waiting for those states rather than for a fixed time, so that
+        this rank's exit status is the job's: hydra ORs the statuses it recorded, and a
+        SIGKILL from us before its own clean-up made a loaded CI run end with 9, not 4."""
         info = self.info
         if info is None or info.size == 1:
             return
@@ -339,12 +347,18 @@ class Watchdog:
             found = info.rank_processes(self._parent).values()
             return [pid for pid, state in found if state in ("T", "t")]
 
-        if not stopped() or os.fork() != 0:
+        if not stopped():
+            return
+        rank_pid = os.getpid()
+        if os.fork() != 0:
             return
         try:  # the child: its parent, this rank, is about to exit
             os.closerange(0, 1 << 16)
             os.setsid()
-            time.sleep(ABORT_WAIT_S)
+            # Wait for the state, not a time: the launcher has reaped this rank (its status is
+            # the job's), then has had a moment to end the stopped ranks itself (hydra does).
+            _wait_for(lambda: not os.path.exists(f"/proc/{rank_pid}"), REAPED_WAIT_S)
+            _wait_for(lambda: not stopped(), PEERS_END_WAIT_S)
             for pid in stopped():  # still the launcher's children, still stopped
                 os.kill(pid, signal.SIGKILL)
         finally:
@@ -404,6 +418,13 @@ def end_by_sigterm() -> None:
     except Exception:  # the caller's exit must still run
         return
     time.sleep(1.0)
+
+
+def _wait_for(done: Callable[[], bool], limit_s: float) -> None:
+    """Poll ``done`` every 20 ms until it holds or ``limit_s`` seconds have passed."""
+    deadline = time.monotonic() + limit_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _mpi_active() -> bool:
