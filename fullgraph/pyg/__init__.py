@@ -44,7 +44,19 @@ set_defaults()  # OMP_WAIT_POLICY=PASSIVE, ... while OpenMP has not started (bef
 
 from fullgraph.pyg.convert import distribute  # noqa: E402
 from fullgraph.pyg.helpers import accuracy, dropout, loss  # noqa: E402
-from fullgraph.pyg.part_data import PartGraph, load_part  # noqa: E402
+from fullgraph.pyg.link_data import gather, negative_sampling  # noqa: E402
+from fullgraph.pyg.load import load_part  # noqa: E402
+from fullgraph.pyg.part_data import PartGraph  # noqa: E402
 from fullgraph.pyg.sources import partition  # noqa: E402
 
-__all__ = ["PartGraph", "accuracy", "distribute", "dropout", "load_part", "loss", "partition"]
+__all__ = [
+    "PartGraph",
+    "accuracy",
+    "distribute",
+    "dropout",
+    "gather",
+    "load_part",
+    "loss",
+    "negative_sampling",
+    "partition",
+]

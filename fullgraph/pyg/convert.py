@@ -33,7 +33,7 @@ from fullgraph.pyg.node_rows import watch
 from fullgraph.pyg.part_data import PartGraph, part_graph_of
 from fullgraph.pyg.rule import Conversion
 from fullgraph.pyg.rules import twin_of
-from fullgraph.pyg.runtime import ModelRun
+from fullgraph.pyg.runtime import ModelRun, route_methods
 
 if TYPE_CHECKING:
     from torch_geometric.data import Data
@@ -108,6 +108,7 @@ def distribute(model: nn.Module, data: Data | PartGraph, *, precision: str = "32
     _broadcast_state(model, part)
     model._fullgraph_run = ModelRun(model, part, policy)
     watch(model, data, part)  # the script's own reductions over nodes: exact
+    route_methods(model, part)  # model.encode(...) runs through the same hooks
     model.fullgraph_precision = policy.name
     return model
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
+import numpy as np
 import torch
 
 from fullgraph.errors import ConfigError
@@ -67,10 +68,14 @@ class NodeRows(torch.Tensor):
     Attributes:
         fullgraph_part: the rank's :class:`~fullgraph.pyg.part_data.PartGraph`.
         fullgraph_rows: dim 0 is the node axis (else only the elements are split by nodes).
+        fullgraph_keys: the global order key of every row when the rows are node pairs'
+            (:mod:`~fullgraph.pyg.pair_index`), else ``None`` (node rows: the part's global
+            ids); :func:`fullgraph.pyg.gather` orders by it.
     """
 
     fullgraph_part: PartGraph
     fullgraph_rows: bool
+    fullgraph_keys: np.ndarray | None = None
 
     @classmethod
     def __torch_function__(
@@ -87,6 +92,8 @@ class NodeRows(torch.Tensor):
 
     @classmethod
     def _dispatch(cls, func: TorchFunction, args: tuple, kwargs: dict) -> Any:
+        if func is torch.Tensor.__getitem__ and hasattr(args[1], "take_rows"):
+            return args[1].take_rows(args[0])  # z[edge_label_index[0]]: the pairs' rows
         tagged = [t for t in _tensors(args, kwargs) if isinstance(t, NodeRows)]
         if not tagged:
             return func(*args, **kwargs)
@@ -100,7 +107,8 @@ class NodeRows(torch.Tensor):
             return result
         if isinstance(result, torch.Tensor) and result.dim() == 0 and tagged[0].dim() > 0:
             raise refusal(name_of(func), "turns node rows into one value")
-        return _retag(result, part, rows)
+        keys = None if func == torch.Tensor.__getitem__ else _keys_after(tagged, result, rows)
+        return _retag(result, part, rows, keys)
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
         """Pickle (``torch.save``) as a plain tensor: the tag holds the communicator."""
@@ -109,7 +117,7 @@ class NodeRows(torch.Tensor):
     def __deepcopy__(self, memo: dict) -> torch.Tensor:
         """A deep copy with the same tag (the part is shared, not copied)."""
         copy = plain(self).__deepcopy__(memo)
-        return tag(copy, self.fullgraph_part, self.fullgraph_rows)
+        return tag(copy, self.fullgraph_part, self.fullgraph_rows, self.fullgraph_keys)
 
 
 class Call:
@@ -145,8 +153,12 @@ class Call:
         return plain_call(self.func, self.args, self.kwargs)
 
     def kept(self, rows: bool | None = None) -> Any:
-        """The plain call, its tensors tagged (``rows``: default this call's)."""
-        return _retag(self.plain(), self.part, self.rows if rows is None else rows)
+        """The plain call, its tensors tagged (``rows``: default this call's; the pairs'
+        keys kept while the rows are still one per pair)."""
+        rows = self.rows if rows is None else rows
+        result = self.plain()
+        tagged = [t for t in _tensors(self.args, self.kwargs) if isinstance(t, NodeRows)]
+        return _retag(result, self.part, rows, _keys_after(tagged, result, rows))
 
     def refuse(self, why: str) -> ConfigError:
         """The one-line refusal of this call."""
@@ -182,10 +194,13 @@ def name_of(func: TorchFunction) -> str:
     return f"{module.replace('torch._C._linalg', 'torch.linalg') or 'torch'}.{name}"
 
 
-def tag(t: torch.Tensor, part: PartGraph, rows: bool = True) -> NodeRows:
-    """``t`` as node rows of ``part`` (the same storage and autograd history)."""
+def tag(
+    t: torch.Tensor, part: PartGraph, rows: bool = True, keys: np.ndarray | None = None
+) -> NodeRows:
+    """``t`` as node rows of ``part`` (the same storage and autograd history); ``keys``: the
+    global order key of every row, for rows of node pairs."""
     out = t if isinstance(t, NodeRows) else t.as_subclass(NodeRows)
-    out.fullgraph_part, out.fullgraph_rows = part, rows
+    out.fullgraph_part, out.fullgraph_rows, out.fullgraph_keys = part, rows, keys
     return out
 
 
@@ -248,9 +263,18 @@ def _tensors(args: tuple, kwargs: dict) -> list[Any]:
     return found
 
 
-def _retag(result: Any, part: PartGraph, rows: bool) -> Any:
+def _keys_after(tagged: list[NodeRows], result: Any, rows: bool) -> np.ndarray | None:
+    """The pairs' keys of ``result`` when the first tagged argument has them and the result
+    still has one row per pair (dim 0 kept); ``None`` otherwise."""
+    keys = tagged[0].fullgraph_keys if tagged else None
+    if keys is None or not rows or not isinstance(result, torch.Tensor) or result.dim() == 0:
+        return None
+    return keys if result.shape[0] == len(keys) else None
+
+
+def _retag(result: Any, part: PartGraph, rows: bool, keys: np.ndarray | None = None) -> Any:
     if isinstance(result, torch.Tensor):
-        return tag(result, part, rows)
+        return tag(result, part, rows, keys)
     if isinstance(result, (tuple, list)):
         items = [_retag(r, part, rows) for r in result]
         try:

@@ -1,6 +1,6 @@
-"""This rank's part of the graph as a PyG ``Data`` object: :func:`load_part`.
+"""This rank's part of the graph as the converted layers see it: :class:`PartGraph`.
 
-The ``Data`` holds what a single-process PyG script reads from its dataset, restricted to the
+The ``Data`` of :func:`~fullgraph.pyg.load.load_part` holds what a single-process PyG script reads from its dataset, restricted to the
 rank's inner (owned) nodes: ``x``, ``y``, ``train_mask``, ``val_mask``, ``test_mask``,
 ``num_nodes``, ``num_classes``. Its ``edge_index`` is a :class:`PartGraph` instead of an edge
 tensor: the layers :func:`fullgraph.pyg.distribute` puts in the model read the rank's edges, halo
@@ -10,25 +10,19 @@ tensor cannot be silently ignored). ``data.fullgraph`` is the same object.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from fullgraph.datasets import Graph
 from fullgraph.distributed import Communicator
 from fullgraph.distributed.halo import HaloPlan
 from fullgraph.errors import ConfigError
 from fullgraph.models.context import GraphContext
 from fullgraph.models.layers import LayerOptions
-from fullgraph.partition import Partition, PartitionDir, load_partition
+from fullgraph.partition import Partition
 from fullgraph.precision import Precision
-from fullgraph.pyg.process import alike, communicator
-from fullgraph.pyg.sources import graph_of, part_of_graph
-from fullgraph.training.assembly import part_tensors, rank_context
-from fullgraph.watchdog import phase
+from fullgraph.training.assembly import rank_context
 
 if TYPE_CHECKING:
     from torch_geometric.data import Data
@@ -54,6 +48,8 @@ class PartGraph:
         num_inner: rows of this rank (its inner nodes).
         global_ids: global id of every inner node, int64 [num_inner].
         num_train_global: training nodes of the whole graph.
+        num_nodes_global: nodes of the whole graph, for a link split's part (node pairs);
+            ``None`` otherwise.
         step: training forward passes so far; the next one uses ``step + 1``.
         plan: the halo exchange plan, at the part's precision (float32 until
             :meth:`set_precision`).
@@ -67,6 +63,7 @@ class PartGraph:
         self.num_inner = int(part.num_inner)
         self.global_ids = np.asarray(part.global_ids[: self.num_inner], dtype=np.int64)
         self.num_train_global = int(part.num_train_global)
+        self.num_nodes_global: int | None = None
         self.plan = HaloPlan.from_partition(part, comm)
         self.precision: Precision | None = None
         self.step = 0
@@ -261,106 +258,11 @@ class PartAdjT:
 SUM = "gin"
 
 
-def load_part(
-    source: str | os.PathLike[str] | Graph | Data,
-    comm: Communicator | None = None,
-    *,
-    seed: int = 0,
-    method: str = "metis",
-    threads: int | None = None,
-    quiet: bool = True,
-    timeout: float = 300.0,
-    transport: str = "auto",
-) -> Data:
-    """This rank's part of a graph as a PyG ``Data`` object (a collective: every rank calls it).
-
-    Args:
-        source: a partition directory (``fullgraph partition``; one part per rank, read from
-            disk: the way for large graphs), or a whole graph held by every rank, as a
-            :class:`~fullgraph.datasets.Graph` or a PyG ``Data`` with ``edge_index`` and ``y``
-            (one rank: the whole graph; several: partitioned here with ``method``).
-        comm: the communicator; by default the launcher's (``mpirun``, ``srun``, ``torchrun``,
-            or none: one process), created here and closed at exit.
-        seed: seed of the dropout streams (:func:`fullgraph.pyg.dropout`).
-        method: partitioning method when ``source`` is a whole graph and there are several
-            ranks (``metis``, ``random``, ``contiguous``).
-        threads: compute threads of this rank when the communicator is created here (default
-            with several ranks: the node's cores divided by its ranks).
-        quiet: with several ranks, ranks other than 0 send their standard output to
-            ``os.devnull`` (the script's prints appear once; errors still reach stderr).
-        timeout: seconds the set-up, the loading and any collective may wait for the other
-            ranks when the communicator is created here (a rank that fails before it calls
-            ``load_part`` ends the others within it, with a line naming the rank).
-
-    Returns:
-        ``Data(x, y, train_mask, val_mask, test_mask, num_nodes, num_classes, edge_index,
-        fullgraph)`` of this rank's inner nodes; ``edge_index`` and ``fullgraph`` are the
-        rank's :class:`PartGraph`; ``edge_weight`` [num_edges] and ``edge_attr``
-        [num_edges, edge_dim] (float32) when the graph has them: the values of the part's
-        edges (every edge into an inner node), in the part's edge order.
-
-    Raises:
-        ConfigError: the rank count differs from the directory's part count, or the ranks were
-            given different graphs.
-        PartitionError: a missing or corrupted part (from the loader).
-        DataError: a graph without features or training nodes.
-    """
-    from torch_geometric.data import Data
-
-    comm = comm if comm is not None else communicator(threads, timeout, transport)
-    with phase("part loading"):
-        if isinstance(source, (str, os.PathLike)):
-            part = alike(comm, lambda: _load_dir(source, comm))
-        else:
-            graph = alike(comm, lambda: graph_of(source, "load_part"))
-            part = part_of_graph(graph, comm, method)
-    if quiet and comm.rank > 0:
-        sys.stdout = open(os.devnull, "w")  # for the rest of the process
-    t = part_tensors(part)
-    pg = PartGraph(part, comm, seed)
-    data = Data(
-        x=t["x"],
-        y=t["y"],
-        train_mask=t["train"],
-        val_mask=t["val"],
-        test_mask=t["test"],
-        num_nodes=int(part.num_inner),
-        num_classes=int(part.num_classes),
-    )
-    for name in ("edge_weight", "edge_attr"):  # aligned with the part's edges
-        if (values := pg.edge_values(name)) is not None:
-            data[name] = values
-    data.edge_index = pg
-    data.adj_t = pg.adj_t  # model(data.x, data.adj_t), as after T.ToSparseTensor()
-    data.fullgraph = pg
-    return data
-
-
-def _load_dir(source: str | os.PathLike[str], comm: Communicator) -> Partition:
-    """This rank's part of the partition directory ``source`` (one part per rank); a file
-    (a saved graph) gets its own advice."""
-    path = os.fspath(source)
-    if not os.path.exists(path):
-        raise ConfigError(
-            f"load_part: {path!r} does not exist; give a partition directory (`fullgraph "
-            f"partition`, pyg.partition) or the whole graph itself (a PyG Data)"
-        )
-    if os.path.isfile(path) and not path.endswith("meta.json"):
-        raise ConfigError(
-            f"load_part: {path} is a file, not a partition directory; a torch.save'd PyG Data: "
-            f"load_part(torch.load({path!r}, weights_only=False)), or partition it once: "
-            f"`fullgraph partition --pyg {path} --parts P --out DIR`, then load_part(DIR)"
-        )
-    opened = PartitionDir.open(source)
-    opened.check_ranks(comm.size, "start one rank per part")
-    return load_partition(opened, comm.rank)
-
-
 def part_graph_of(data: Data | PartGraph, where: str) -> PartGraph:
-    """The :class:`PartGraph` of ``data`` (from :func:`load_part`).
+    """The :class:`PartGraph` of ``data`` (from :func:`~fullgraph.pyg.load.load_part`).
 
     Raises:
-        ConfigError: ``data`` does not come from :func:`load_part`.
+        ConfigError: ``data`` does not come from :func:`~fullgraph.pyg.load.load_part`.
     """
     pg = getattr(data, "fullgraph", None) if data is not None else None
     if isinstance(data, PartGraph):

@@ -214,3 +214,32 @@ class ModelRun:
         for p, seen in zip(params, flags.grad.tolist(), strict=True):
             if seen == 0:
                 p.grad = None
+
+
+#: Methods of a model that a script calls instead of ``forward`` and that run the model's
+#: pass (PyG's GAE-style link models: ``z = model.encode(x, edge_index)``).
+PASS_METHODS = ("encode",)
+
+
+def route_methods(model: nn.Module, part: PartGraph) -> None:
+    """Make ``model.encode(...)`` (each of :data:`PASS_METHODS` its class defines) run as a
+    call of the model: through its hooks (the training step, hashed dropout, the gradient
+    all-reduce at the end of the backward pass, node rows tagged). Called from within the
+    model's own pass (``forward`` calling ``self.encode``), it is the plain method."""
+    for name in PASS_METHODS:
+        method = getattr(type(model), name, None)
+        if not callable(method) or isinstance(method, nn.Module):
+            continue
+        bound = method.__get__(model, type(model))
+
+        def call(*args: Any, _bound: Any = bound, **kwargs: Any) -> Any:
+            if active_part() is part:  # inside the model's pass already
+                return _bound(*args, **kwargs)
+            model.forward = _bound  # the instance's forward for this one call
+            try:
+                return model(*args, **kwargs)
+            finally:
+                del model.forward
+
+        call.__doc__ = method.__doc__
+        setattr(model, name, call)
