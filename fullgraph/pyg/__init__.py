@@ -30,6 +30,11 @@ A single-process PyG script becomes a P-rank one by changing five lines
   (:mod:`~fullgraph.pyg.functional`).
 - :func:`loss`, :func:`accuracy`, :func:`dropout` (:mod:`~fullgraph.pyg.helpers`): the calls of
   a script that must see every rank.
+- Link prediction (PyG's ``examples/link_pred.py``, ``examples/gae_cora_distributed.py``):
+  ``load_part((train_data, val_data, test_data))`` of ``T.RandomLinkSplit`` gives each split's
+  pairs at their first node's owner (:mod:`~fullgraph.pyg.link_data`); ``z[eli[0]]`` fetches
+  the pairs' rows (:mod:`~fullgraph.pyg.pair_index`); :func:`negative_sampling` draws hashed
+  pairs, the same at any rank count; :func:`gather` gives every rank's rows in global order.
 - A script's own loss and metrics are exact too: the converted model's output, ``data.y`` and
   the masks are node rows (:mod:`~fullgraph.pyg.node_rows`), so ``F.cross_entropy(out[m],
   y[m])``, ``F.nll_loss``, the other ``torch.nn.functional`` losses, ``.sum()`` / ``.mean()``

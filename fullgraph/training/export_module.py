@@ -86,6 +86,11 @@ class FullgraphGNN(torch.nn.Module):
             ``sage``, ``sum`` for ``graphconv``).
         hops: ``appnp``: propagation steps ``K``; ``sgc``: its ``K``.
         alpha: ``appnp``: teleport probability.
+        decoder: a link model's pair scorer (:meth:`decode`): ``"dot"`` (``<z_u, z_v>``) or
+            ``"mlp"`` (OGB's ``LinkPredictor``: ``decoder_layers`` linears, ``out_channels``
+            wide, on ``z_u * z_v``, ReLU between, the last to one logit); ``None``: a node
+            model (its output is the logits).
+        decoder_layers: ``mlp``: its linears (>= 1).
     """
 
     def __init__(
@@ -105,8 +110,17 @@ class FullgraphGNN(torch.nn.Module):
         aggr: str | None = None,
         hops: int = 10,
         alpha: float = 0.1,
+        decoder: str | None = None,
+        decoder_layers: int = 0,
     ) -> None:
         super().__init__()
+        if decoder not in (None, "dot", "mlp"):
+            raise ValueError(f"decoder must be None, 'dot' or 'mlp', not {decoder!r}")
+        self.decoder_kind = decoder
+        if decoder == "mlp":  # the keys of fullgraph's MLPDecoder: decoder.lins.i.weight
+            widths = [out_channels] * decoder_layers + [1]
+            lins = [torch.nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:], strict=True)]
+            self.decoder = torch.nn.ModuleDict({"lins": torch.nn.ModuleList(lins)})
         kinds = ("gcn", "sage", "gat", "gin", "graphconv", "mlp", "appnp", "sgc")
         if kind not in kinds:
             raise ValueError(f"kind must be one of {', '.join(kinds)}, not {kind!r}")
@@ -170,6 +184,23 @@ class FullgraphGNN(torch.nn.Module):
                 h = self.norms[i](h).relu()
             x = h
         return x
+
+    def encode(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        """A link model's node embeddings, [num_nodes, out_channels] (``forward``)."""
+        return self(x, edge_index)
+
+    def decode(self, z: Tensor, edge_label_index: Tensor) -> Tensor:
+        """A link model's logit of every pair ``edge_label_index`` [2, m] of embeddings ``z``
+        (the probability is its sigmoid)."""
+        if self.decoder_kind is None:
+            raise ValueError("a node model (decoder None) scores no pairs")
+        h = z[edge_label_index[0]] * z[edge_label_index[1]]
+        if self.decoder_kind == "dot":
+            return h.sum(dim=-1)
+        lins = self.decoder["lins"]
+        for lin in lins[:-1]:
+            h = lin(h).relu()
+        return lins[-1](h).squeeze(-1)
 
 
 #: ``load_model`` as written into ``OUT.py``.
@@ -237,6 +268,10 @@ def _summary(state: ExportState) -> str:
         words.append(a["norm"].replace("_", " "))
     if a["residual"]:
         words.append("residual")
+    if a.get("decoder") == "dot":
+        words.append("dot-product decoder")
+    elif a.get("decoder") == "mlp":
+        words.append(f"MLP decoder of {a['decoder_layers']} linears")
     return ", ".join(words)
 
 
@@ -274,12 +309,18 @@ def module_source(state: ExportState, name: str) -> str:
             f"The same state_dict also loads into PyG's own ``{cls}``:\n"
             f'``{cls.rpartition(".")[2]}(**saved["pyg_model"]["kwargs"])``.'
         )
+    calls = "    logits = model(data.x, data.edge_index)\n"
+    if state["init_args"].get("decoder") is not None:
+        calls = (
+            "    z = model.encode(data.x, data.edge_index)\n"
+            "    logits = model.decode(z, edge_label_index)  # pairs [2, m]; sigmoid: p\n"
+        )
     doc = (
         f'"""{_summary(state)}: a plain PyG model, with its weights in {_text(name)}.pt beside\n'
         f"this file.\n\n{textwrap.fill(trained + '.', 96)}\n\n"
         f"    {usage}\n"
         f"    model = load_model()                  # evaluation mode, CPU\n"
-        f"    logits = model(data.x, data.edge_index)\n\n"
+        f"{calls}\n"
         f"The weights file: ``saved = torch.load(path, weights_only=True)``;\n"
         f'``FullgraphGNN(**saved["init_args"]).load_state_dict(saved["state_dict"])``.\n'
     )

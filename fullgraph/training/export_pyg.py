@@ -17,7 +17,11 @@ The model file of ``fullgraph train`` (:mod:`fullgraph.training.model_file`) bec
   ``num_batches_tracked``;
 - ``norms.i`` layer -> ``LayerNorm(width, mode="node")``: ``norms.i.weight``, ``norms.i.bias``;
 - ``residuals.i`` projection -> ``Linear(in, out, bias=False)``: ``residuals.i.weight`` (the
-  identity where the widths match: no key).
+  identity where the widths match: no key);
+- a link model (``--task link``): its encoder as above (``out_channels`` the embedding width),
+  its decoder as :class:`FullgraphGNN`'s ``decode`` (``decoder="dot"``, or ``"mlp"`` with
+  ``decoder.lins.i.weight`` / ``bias`` <- our ``decoder.lins.i``): ``model.decode(
+  model.encode(x, edge_index), pairs)`` are the logits ``fullgraph predict --pairs`` scores.
 
 ``convs`` and ``norms`` are the names of PyG's own ``BasicGNN`` models, so a model without
 residual connections (and, for GAT, with as many heads in the last layer as in the others)
@@ -61,6 +65,7 @@ from fullgraph.errors import ConfigError
 from fullgraph.models.gnn import GNN
 from fullgraph.models.layers import PygExport, kinds_with, layer_class
 from fullgraph.models.layers.appnp import propagation_steps
+from fullgraph.models.link_decoder import LinkModel
 from fullgraph.run.nesting import check_not_inside_output
 from fullgraph.run.torch_file import encode_torch_file, not_of_kinds
 from fullgraph.training.export_module import (
@@ -118,11 +123,12 @@ def init_args(mf: ModelFile) -> InitArgs:
             f"--model {mf.path}: a {cfg.model} trained with {' and '.join(refused)} cannot be "
             f"exported to PyG yet (its {spec.conv} would differ from the trained layer)"
         )
+    link = cfg.task == "link"
     args: InitArgs = {
         "kind": cfg.model,
         "in_channels": int(mf.num_features),
         "hidden_channels": int(cfg.hidden),
-        "out_channels": int(mf.num_classes),
+        "out_channels": int(cfg.embed_dim or cfg.hidden) if link else int(mf.num_classes),
         "num_layers": int(cfg.layers),
         "heads": int(opts.heads),
         "output_heads": int(opts.output_heads),
@@ -133,6 +139,9 @@ def init_args(mf: ModelFile) -> InitArgs:
         "attention_dropout": float(opts.attention_dropout),
         "aggr": getattr(cfg.layer_kind(), "aggr", None),
     }
+    if link:  # the pair scorer after the encoder
+        args["decoder"] = cfg.decoder
+        args["decoder_layers"] = int(cfg.decoder_layers) if cfg.decoder == "mlp" else 0
     if cfg.model == "appnp":  # the propagation after the MLP (PyG's APPNP(K, alpha))
         args["hops"], args["alpha"] = propagation_steps(opts)
     if cfg.model == "sgc":  # PyG's SGConv: one linear layer on A^K X, A GCN's operator
@@ -146,15 +155,20 @@ def init_args(mf: ModelFile) -> InitArgs:
     return args
 
 
-def pyg_state_dict(model: GNN) -> dict[str, Tensor]:
+def pyg_state_dict(model: GNN | LinkModel) -> dict[str, Tensor]:
     """Our model's weights and statistics under :class:`FullgraphGNN`'s keys (CPU copies):
-    every layer's parameters by its kind's :attr:`~fullgraph.models.layers.PygExport.keys`.
+    every layer's parameters by its kind's :attr:`~fullgraph.models.layers.PygExport.keys`
+    (a link model: its encoder's, and its decoder's under their own names).
 
     Raises:
         ConfigError: a layer kind PyG has no layer for.
     """
-    keys = exported(model.kind).keys
     out: dict[str, Tensor] = {}
+    if isinstance(model, LinkModel):
+        for name, t in model.decoder.state_dict().items():
+            out[f"decoder.{name}"] = t
+        model = model.encoder
+    keys = exported(model.kind).keys
     for i, layer in enumerate(model.layers):
         for theirs, ours in keys.items():
             out[f"convs.{i}.{theirs}"] = layer.get_parameter(ours)
@@ -182,7 +196,7 @@ def basic_gnn(args: InitArgs) -> dict[str, object] | None:
         ``{"class": "torch_geometric.nn.models.GCN", "kwargs": {...}}`` or ``None``.
     """
     spec = exported(str(args["kind"]))
-    if args["residual"] or spec.basic_gnn is None:
+    if args["residual"] or spec.basic_gnn is None or args.get("decoder") is not None:
         return None
     kwargs: dict[str, object] = {
         "in_channels": args["in_channels"],
@@ -311,11 +325,6 @@ def export_pyg(
         [Place(model, f"--model {model}", what="the model file")],
     )
     mf = load_model_file(model)
-    if mf.config.task == "link":
-        raise ConfigError(
-            f"--model {model} is a link model (--task link): its PyG export is not written yet; "
-            f"score pairs with `fullgraph predict --pairs FILE` (docs/link.md)"
-        )
     state = export_state(mf)
     for p in paths:
         check_not_inside_output(p, named[p])  # not into a prediction, a checkpoint directory...

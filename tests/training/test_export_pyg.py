@@ -11,6 +11,8 @@ with ``fullgraph.pyg``, whose ``state_dict`` is already PyG's.
   own ``GCN`` / ``GraphSAGE`` / ``GAT`` / ``GIN`` where the export names one, all give our
   logits (our ``GNN`` in evaluation on the one-process context) to 1e-5 in float32 (gin:
   relative to the largest logit).
+- A link model (``--task link``, dot and MLP decoders): the export's ``decode(encode(...))``
+  gives the logits ``fullgraph predict --pairs`` scores.
 - ``fullgraph train --save-model`` then ``fullgraph export``, end to end on the command line.
 - Bad input (not a model file, a damaged one, another target, another suffix, an existing
   output, a file fullgraph did not write, the model file itself as output): one line, exit 2,
@@ -244,6 +246,32 @@ def test_exported_model_gives_our_logits(
     errors = {k: v / scale for k, v in errors.items()}
     MAX_ERRORS[f"{config} ({graph_name})"] = max(errors.values())
     assert max(errors.values()) <= TOLERANCE, errors
+
+
+@pytest.mark.parametrize("decoder", ["dot", "mlp"])
+def test_a_link_model_exports_its_decoder(decoder: str, small_graph: Graph, tmp_path: Path) -> None:
+    """``model.decode(model.encode(x, edge_index), pairs)`` of the export are the logits
+    ``fullgraph predict --pairs`` scores (SAGE encoder, dot / OGB's MLP decoder)."""
+    from link_worker import trained_model_file
+
+    from fullgraph.training.link_predict import LinkScorer
+
+    model = trained_model_file(small_graph, tmp_path / "link.pt", decoder=decoder)
+    pairs = np.random.default_rng(4).integers(0, small_graph.num_nodes, size=(300, 2))
+    with one_thread():
+        part = whole_graph_part(small_graph)
+        want = LinkScorer(part, Communicator(), load_model_file(model)).scores(pairs)
+        export_pyg(model, tmp_path / "gae.py")
+        loaded = _import(tmp_path / "gae.py").load_model()
+        data = to_pyg(small_graph)
+        with torch.no_grad():
+            z = loaded.encode(data.x, data.edge_index)
+            got = loaded.decode(z, torch.from_numpy(pairs).t()).numpy()
+    saved = torch.load(tmp_path / "gae.pt", weights_only=True)
+    assert saved["init_args"]["decoder"] == decoder and saved["pyg_model"] is None
+    assert ("decoder.lins.0.weight" in saved["state_dict"]) == (decoder == "mlp")
+    assert "decoder" in (tmp_path / "gae.py").read_text().split('"""')[1]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
 def test_the_module_imports_torch_and_pyg_only(graphs: dict, tmp_path: Path) -> None:
