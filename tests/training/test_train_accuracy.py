@@ -1,5 +1,8 @@
-"""Real accuracy: the Planetoid GCN recipe on Cora and CiteSeer, one process and 4 ranks; the
-GAT recipe on Cora, one process and 4 ranks.
+"""Real accuracy: the Planetoid GCN recipe on Cora and CiteSeer, and the GAT recipe on Cora,
+on 4 ranks. One process computes the same bits (the bit-identical matrix,
+``test_bitwise_matrix.py``: every epoch's loss and the parameters ``torch.equal`` at P = 1, 2,
+3, 4 and 8, GAT with attention dropout among the variants), so its accuracy is the 4 ranks'
+and is not trained again here.
 
 GCN recipe (PyG ``examples/gcn.py``, Kipf & Welling): 2 layers, 16 hidden, dropout 0.5 (input
 too), Adam lr 0.01, weight decay 5e-4 on the first layer, row-normalised features, 200 epochs;
@@ -22,11 +25,8 @@ import pytest
 import train_worker
 from harness import run_task
 from mp_utils import one_thread
-from train_worker import accuracy_run
 
 from fullgraph.datasets import load
-from fullgraph.distributed.communicator import Communicator
-from fullgraph.partition import whole_graph_part
 
 SEEDS = [0, 1, 2]
 TARGETS = {"cora": 0.805, "citeseer": 0.695}
@@ -37,13 +37,6 @@ GAT_TARGET = 0.82
 def _single_thread():
     with one_thread():
         yield
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["cora", "citeseer"])
-def test_one_process_accuracy(name: str, shared_dataset) -> None:
-    accs = accuracy_run(whole_graph_part(load(name, shared_dataset(name))), Communicator(), SEEDS)
-    assert np.mean(accs) >= TARGETS[name], f"{name}: test accuracies {accs}"
 
 
 @pytest.mark.slow
@@ -68,13 +61,6 @@ def test_four_ranks_accuracy(tmp_path: Path, shared_dataset) -> None:
     for name, path in zip(TARGETS, parts, strict=True):
         accs = result[f"mpi/{path}"]
         assert np.mean(accs) >= TARGETS[name], f"{name} on 4 ranks: test accuracies {accs}"
-
-
-@pytest.mark.slow
-def test_gat_one_process_accuracy(shared_dataset) -> None:
-    graph = load("cora", shared_dataset("cora"))
-    accs = accuracy_run(whole_graph_part(graph), Communicator(), SEEDS, "gat")
-    assert np.mean(accs) >= GAT_TARGET, f"cora GAT: test accuracies {accs}"
 
 
 @pytest.mark.slow
