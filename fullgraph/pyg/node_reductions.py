@@ -295,7 +295,9 @@ def _loss(call: Call) -> torch.Tensor:
     if indices and a.get("label_smoothing", 0.0) > 0 and weight is not None:
         raise call.refuse("with label_smoothing and class weights together")
     a["reduction"] = "none"
-    per = call.func(*plain(bound.args), **plain(bound.kwargs))
+    per = _row_invariant_bce(a) if call.func is F.binary_cross_entropy_with_logits else None
+    if per is None:
+        per = call.func(*plain(bound.args), **plain(bound.kwargs))
     share_sum = per.sum()
     exact = exact_sum(call.part, per.reshape(-1))  # the value: the same bits at any P
     if reduction == "sum":
@@ -316,6 +318,24 @@ def _loss(call: Call) -> torch.Tensor:
         total, (counts,) = exact, all_sum(call.part, count)
     share = share_sum / counts.to(share_sum.device, share_sum.dtype)
     return global_value(share, total / counts)
+
+
+def _row_invariant_bce(a: dict[str, Any]) -> torch.Tensor | None:
+    """``F.binary_cross_entropy_with_logits(..., reduction="none")`` with every element a fixed
+    function of its own input (:func:`~fullgraph.kernels.pair_loss.pair_bce`: torch's SIMD bulk
+    and scalar tail differ in the last bit, so a row's loss and gradient would depend on how
+    many rows the rank holds); ``None`` where torch's is taken (``pos_weight``, another device
+    or dtype)."""
+    from fullgraph.kernels.pair_loss import pair_bce
+
+    x, y, w = plain(a["input"]), plain(a["target"]), plain(a.get("weight"))
+    if a.get("pos_weight") is not None or x.device.type != "cpu":
+        return None
+    if x.dtype not in (torch.float32, torch.float64) or y.shape != x.shape:
+        return None
+    w = torch.ones_like(x) if w is None else torch.broadcast_to(w.to(x.dtype), x.shape)
+    flat = [t.reshape(-1) for t in (x, y.to(x.dtype), w.contiguous())]
+    return pair_bce(*flat).reshape(x.shape)
 
 
 def _refused(dim_at: int, default: int | None = None, *, always: bool = False) -> Rule:
