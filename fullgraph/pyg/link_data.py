@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -90,7 +91,7 @@ def link_graph(splits: tuple | list) -> Graph:
     counts = [int(d.num_nodes) for d in splits]
     if len(set(counts)) != 1:
         raise ConfigError(f"load_part: the splits have different node counts {counts}")
-    train = splits[0].clone()
+    train = copy.copy(splits[0])  # the tensors shared, the two attributes dropped
     for name in ("edge_label_index", "edge_label"):
         del train[name]
     if getattr(train, "y", None) is None:
@@ -163,7 +164,7 @@ def link_splits(
     for split_pairs_, label in pairs:
         mine = np.flatnonzero(owners.owner[split_pairs_[0]] == part.comm.rank)
         pset = PairSet(part, split_pairs_[:, mine], mine, split_pairs_.shape[1])
-        data = base.clone()
+        data = copy.copy(base)  # shares x and the masks: one copy of the rows
         data.edge_index = data.fullgraph = part
         data.adj_t = part.adj_t
         data.edge_label_index = pset.index()
