@@ -174,6 +174,45 @@ def link_splits(
     return tuple(out)
 
 
+def part_link_splits(part: PairPart, base: Data) -> tuple:
+    """``(train_data, val_data, test_data)`` of a link partition's part (``fullgraph
+    partition`` of a link dataset: every rank reads its own supervision edges): each split's
+    positives (label 1, keyed by their row in the split), then for validation and test their
+    negatives (label 0, keyed past the positives; citation2-style per-edge negatives ``[e, K]``
+    as the pairs ``(u, v_k)`` of positive ``e``, keyed ``e * K + k``)."""
+    from fullgraph.datasets.link import EVAL_SPLITS, LINK_SPLITS
+
+    link, meta = part.part.link, part.part.meta["link"]
+    counts = meta["counts"]
+    out = []
+    for s in LINK_SPLITS:
+        pos, pos_id = link[s], link[f"{s}_id"]
+        pairs, keys, labels, total = [pos.T], [pos_id], [np.ones(len(pos))], int(counts[s])
+        if s in EVAL_SPLITS:
+            neg = link[f"{s}_neg"]
+            if meta["per_edge_negatives"]:
+                k = neg.shape[1]
+                anchors = np.repeat(pos[:, 0], k)
+                pairs.append(np.stack([anchors, neg.reshape(-1)]))
+                ids = (pos_id[:, None] * k + np.arange(k)[None, :]).reshape(-1)
+                keys.append(total + ids)
+                labels.append(np.zeros(len(anchors)))
+                total += int(counts[s]) * k
+            else:
+                pairs.append(neg.T)
+                keys.append(total + link[f"{s}_neg_id"])
+                labels.append(np.zeros(len(neg)))
+                total += int(counts[f"{s}_neg"])
+        pset = PairSet(part, np.concatenate(pairs, axis=1), np.concatenate(keys), total)
+        data = copy.copy(base)
+        data.edge_label_index = pset.index()
+        data.edge_label = tag(
+            torch.from_numpy(np.concatenate(labels).astype(np.float32)), part, True, pset.keys
+        )
+        out.append(data)
+    return tuple(out)
+
+
 def _hash(key: int, counters: torch.Tensor) -> torch.Tensor:
     """splitmix64 of ``key + counter``, its low 63 bits (non-negative int64)."""
     return splitmix64_torch(counters + as_int64(key)) & ((1 << 63) - 1)

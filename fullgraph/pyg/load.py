@@ -17,6 +17,7 @@ from fullgraph.pyg.link_data import (
     is_link_splits,
     link_graph,
     link_splits,
+    part_link_splits,
     split_pairs,
 )
 from fullgraph.pyg.pair_index import owners_of
@@ -110,6 +111,10 @@ def load_part(
     data.edge_index = pg
     data.adj_t = pg.adj_t  # model(data.x, data.adj_t), as after T.ToSparseTensor()
     data.fullgraph = pg
+    if getattr(part, "link", None) is not None:  # a link partition's directory
+        pg.num_nodes_global = int(part.meta["link"]["num_nodes"])
+        owners_of(pg)
+        return alike(comm, lambda: part_link_splits(pg, data))
     if link:
         pg.num_nodes_global = int(graph.num_nodes)
         owners_of(pg)  # a collective: before the local work of the splits

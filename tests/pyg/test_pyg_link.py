@@ -35,6 +35,7 @@ from fullgraph import pyg
 from fullgraph.datasets import Graph, to_pyg
 from fullgraph.distributed import Communicator
 from fullgraph.errors import ConfigError
+from fullgraph.pyg.node_rows import tag
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -208,3 +209,66 @@ def test_bad_input_is_one_line(splits, parts) -> None:
         torch.zeros(5, 3)[data.edge_label_index[0]]
     with pytest.raises(ConfigError, match="cat of edge_label_index with a plain tensor"):
         torch.cat([data.edge_label_index, train.edge_label_index], dim=-1)
+
+
+#: Loads a link partition's parts on every rank and prints, on rank 0, every split's gathered
+#: (label, first node, second node) in key order (the nodes' global ids as the rows fetched).
+PARTS_WORKER = """
+import sys
+import numpy as np
+import torch
+from fullgraph import pyg
+from fullgraph.pyg.node_rows import tag
+splits = pyg.load_part(sys.argv[1], threads=1)
+part = splits[0].fullgraph
+ids = tag(torch.from_numpy(part.global_ids.astype(np.float64))[:, None], part)
+for data in splits:
+    eli = data.edge_label_index
+    label, u, v = pyg.gather(data.edge_label, ids[eli[0]], ids[eli[1]])
+    print("split", " ".join(str(int(x)) for x in np.concatenate([label, u[:, 0], v[:, 0]])))
+"""
+
+
+def _link_partition(small_graph: Graph, parts: int, out: Path, per_edge: int = 0) -> object:
+    from fullgraph.datasets.link_split import split_edges
+    from fullgraph.partition import partition_graph
+
+    graph, split = split_edges(small_graph, val=30, test=30, seed=3, neg_per_edge=per_edge)
+    partition_graph(graph, parts, out, method="metis", seed=0, link=split)
+    return split
+
+
+def _expected(split: object) -> list[list[int]]:
+    """Every split's labels, first and second nodes: positives, then negatives."""
+    out = []
+    for s in ("train", "valid", "test"):
+        pos = split.edges[s]
+        neg = split.negatives.get(s, np.zeros((0, 2), dtype=np.int64))
+        if split.per_edge_negatives and s != "train":
+            k = neg.shape[1]
+            neg = np.stack([np.repeat(pos[:, 0], k), neg.reshape(-1)], axis=1)
+        labels = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+        both = np.concatenate([pos, neg])
+        out.append(np.concatenate([labels, both[:, 0], both[:, 1]]).astype(int).tolist())
+    return out
+
+
+def test_a_link_partition_directory_gives_its_pairs_in_order(small_graph, tmp_path) -> None:
+    """``load_part(DIR)`` of ``fullgraph partition`` of a link split: each split's positives,
+    then its negatives, every rank reading its own; at P = 1 in process, at P = 2 gathered."""
+    for per_edge in (0, 3):  # negative pairs, and citation2's per-edge negative targets
+        one = _link_partition(small_graph, 1, tmp_path / f"one-{per_edge}", per_edge)
+        splits = pyg.load_part(tmp_path / f"one-{per_edge}", Communicator())
+        part = splits[0].fullgraph
+        ids = tag(torch.from_numpy(part.global_ids.astype(np.float64))[:, None], part)
+        for data, want in zip(splits, _expected(one), strict=True):
+            eli = data.edge_label_index
+            label, u, v = pyg.gather(data.edge_label, ids[eli[0]], ids[eli[1]])
+            got = np.concatenate([label, u[:, 0], v[:, 0]]).astype(int).tolist()
+            assert got == want, per_edge
+    two = _link_partition(small_graph, 2, tmp_path / "two")
+    script = tmp_path / "parts_worker.py"
+    script.write_text(PARTS_WORKER)
+    proc = run_mpi(2, [str(script), str(tmp_path / "two")], timeout=200)
+    got = [line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("split ")]
+    assert [[int(x) for x in g] for g in got] == _expected(two)
