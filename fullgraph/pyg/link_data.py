@@ -238,7 +238,8 @@ def negative_sampling(
     method: str = "sparse",
     force_undirected: bool = False,
 ) -> torch.Tensor:
-    """PyG's ``negative_sampling`` on this rank's part: random node pairs that are no edge.
+    """PyG's ``negative_sampling`` on this rank's part: random node pairs that are no edge (a
+    collective: every rank calls it alike).
 
     Draw ``j`` of the job is ``(a, b)``, ``a`` and ``b != a`` hashed from (seed, training step,
     call in the step, ``j``) over every node; the rank keeps the draws whose ``a`` it owns,
