@@ -1,9 +1,12 @@
-"""Assigning every node an owner rank: METIS (multi-constraint), random, contiguous."""
+"""Assigning every node an owner rank: METIS (multi-constraint), KaMinPar, random, contiguous."""
 
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -16,7 +19,7 @@ from fullgraph.resources import drop_resident_pages
 logger = logging.getLogger(__name__)
 
 #: Partitioning methods :func:`assign_parts` accepts.
-METHODS = ("metis", "random", "contiguous")
+METHODS = ("metis", "kaminpar", "random", "contiguous")
 
 #: METIS libraries :func:`assign_parts` can use; ``auto`` prefers a 32-bit libmetis.
 METIS_LIBRARIES = ("auto", "libmetis", "pymetis")
@@ -27,6 +30,15 @@ ASSIGNMENTS = ("blocks", "kway")
 
 #: Imbalance (max / mean) above which a k-way METIS result is retried with recursive bisection.
 BALANCE_TOLERANCE = 1.05
+
+#: KaMinPar's imbalance bound: every part holds at most ``(1 + eps) * ceil(N / P)`` nodes.
+KAMINPAR_EPSILON = 0.03
+
+#: The one line :func:`assign_parts` raises when the ``kaminpar`` package cannot be imported.
+KAMINPAR_MISSING = (
+    "--method kaminpar: the kaminpar package is not installed (pip install kaminpar); "
+    "use --method metis"
+)
 
 
 def check_num_parts(num_parts: int, num_nodes: int) -> None:
@@ -41,7 +53,8 @@ def check_num_parts(num_parts: int, num_nodes: int) -> None:
 
 def resolve_assign(method: str, assign: str | None, block_size: int | None = None) -> str | None:
     """The assignment of ``method``: ``assign`` checked (default ``blocks`` for ``metis``;
-    ``None`` for ``random`` and ``contiguous``, which have no blocks).
+    ``None`` for ``kaminpar`` (k-way into P parts), ``random`` and ``contiguous``, which have no
+    blocks).
 
     Raises:
         ConfigError: unknown ``method`` or ``assign``, ``assign`` with a method other than
@@ -244,6 +257,59 @@ def _metis(graph: Graph, num_parts: int, seed: int, library: str, notes: list[st
     return owner
 
 
+def _threads() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def write_parhip(path: Path, xadj: np.ndarray, adjncy: np.ndarray) -> None:
+    """Write the symmetric CSR ``(xadj, adjncy)`` as a binary ParHIP graph file (64-bit ids, no
+    weights), the form ``kaminpar.load_graph`` reads; KaMinPar's binding takes no arrays."""
+    n = int(xadj.size) - 1
+    version = 1 | 2  # bit 0: no edge weights, bit 1: no node weights; ids and weights 64-bit
+    header = np.array([version, n, int(adjncy.size)], dtype=np.uint64)
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        step = 1 << 22
+        for lo in range(0, n + 1, step):  # byte offsets of every row's neighbours
+            chunk = xadj[lo : lo + step].astype(np.uint64) * 8 + (24 + (n + 1) * 8)
+            f.write(chunk.tobytes())
+        for lo in range(0, int(adjncy.size), step):
+            f.write(np.asarray(adjncy[lo : lo + step], dtype=np.uint64).tobytes())
+
+
+def _kaminpar(graph: Graph, num_parts: int, seed: int, notes: list[str]) -> np.ndarray:
+    """k-way KaMinPar on the symmetrised graph balancing nodes; see :func:`assign_parts`."""
+    try:
+        import kaminpar
+    except ImportError as exc:
+        raise ConfigError(KAMINPAR_MISSING) from exc
+    xadj, adjncy = symmetric_adjacency(graph)
+    threads = _threads()
+    try:
+        with tempfile.TemporaryDirectory(prefix="fullgraph-kaminpar-") as tmp:
+            path = Path(tmp) / "graph.parhip"
+            write_parhip(path, xadj, adjncy)
+            del xadj, adjncy
+            kgraph = kaminpar.load_graph(str(path), kaminpar.GraphFileFormat.PARHIP)
+        kaminpar.reseed(int(seed))
+        solver = kaminpar.KaMinPar(threads, kaminpar.default_context())
+        owner = solver.compute_partition(kgraph, int(num_parts), KAMINPAR_EPSILON)
+    except Exception as exc:  # the binding raises RuntimeError / MemoryError / OSError
+        raise ConfigError(
+            f"--method kaminpar: KaMinPar failed on {graph.name}: {exc}; use --method metis"
+        ) from exc
+    owner = np.asarray(owner, dtype=np.int64)
+    notes.append(
+        f"kaminpar {kaminpar.__version__}: k-way, {threads} threads, nodes balanced to "
+        f"eps {KAMINPAR_EPSILON}"
+    )
+    return owner
+
+
 def assign_parts(
     graph: Graph,
     num_parts: int,
@@ -258,8 +324,13 @@ def assign_parts(
     balance constraints per node: 1 (nodes), 1 if a training node (train nodes), in-degree
     (stored edges). When METIS rejects three constraints it retries with nodes + edges, and when
     the k-way result misses :data:`BALANCE_TOLERANCE` it tries recursive bisection; both are
-    logged and added to ``notes``. ``random`` deals a seeded permutation round-robin (node counts
-    equal to within one); ``contiguous`` gives rank ``r`` the id range ``[r*N/P, (r+1)*N/P)``.
+    logged and added to ``notes``. ``kaminpar`` runs KaMinPar (the ``kaminpar`` package, its
+    default context, ``seed``, one thread per core) k-way into P parts on the same symmetrised
+    graph, balancing nodes only (every part at most ``1 + KAMINPAR_EPSILON`` times ``ceil(N/P)``
+    nodes; training nodes and edges are not constrained; with several threads the parts may
+    differ between runs of the same seed). ``random`` deals a seeded permutation round-robin
+    (node counts equal to within one); ``contiguous`` gives rank ``r`` the id range
+    ``[r*N/P, (r+1)*N/P)``.
 
     Args:
         graph: the graph to split.
@@ -275,8 +346,8 @@ def assign_parts(
         int64 [num_nodes], owner rank of every node in ``[0, P)``.
 
     Raises:
-        ConfigError: bad ``num_parts``, unknown ``method`` or ``metis``, or ``libmetis`` asked
-            for but not installed.
+        ConfigError: bad ``num_parts``, unknown ``method`` or ``metis``, ``libmetis`` asked
+            for but not installed, or ``kaminpar`` not installed or failing.
     """
     check_num_parts(num_parts, graph.num_nodes)
     if method not in METHODS:
@@ -295,4 +366,6 @@ def assign_parts(
         owner = np.empty(n, dtype=np.int64)
         owner[np.random.default_rng(seed).permutation(n)] = np.arange(n) % num_parts
         return owner
+    if method == "kaminpar":
+        return _kaminpar(graph, num_parts, seed, notes)
     return _metis(graph, num_parts, seed, metis, notes)

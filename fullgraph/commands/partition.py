@@ -39,11 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--method",
-        choices=["metis", "random", "contiguous"],
+        choices=["metis", "kaminpar", "random", "contiguous"],
         default="metis",
         help="metis: multi-constraint METIS balancing nodes, training nodes and edges "
-        "(default; see --assign); random: seeded round-robin; contiguous: equal ranges of node "
-        "ids (these two have no blocks: training on them is not bit-identical across rank "
+        "(default; see --assign); kaminpar: k-way KaMinPar balancing nodes only (for graphs "
+        "too large for METIS); random: seeded round-robin; contiguous: equal ranges of node "
+        "ids (these three have no blocks: training on them is not bit-identical across rank "
         "counts)",
     )
     parser.add_argument(
