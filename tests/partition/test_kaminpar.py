@@ -59,3 +59,18 @@ def test_kaminpar_missing_is_one_config_line(small_graph, monkeypatch):
         assign_parts(small_graph, 4, method="kaminpar")
     assert str(info.value) == KAMINPAR_MISSING
     assert "\n" not in str(info.value) and "--method metis" in str(info.value)
+
+
+def test_kaminpar_failing_is_one_config_line(small_graph, monkeypatch):
+    import kaminpar
+
+    class Broken:
+        def __init__(self, threads: int, ctx: object) -> None:
+            pass
+
+        def compute_partition(self, *args: object) -> list[int]:
+            raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(kaminpar, "KaMinPar", Broken)
+    with pytest.raises(ConfigError, match=r"KaMinPar failed on sbm-test: out of memory; use --m"):
+        assign_parts(small_graph, 4, method="kaminpar")
