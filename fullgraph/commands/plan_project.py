@@ -109,7 +109,7 @@ class ProjectOptions(Config):
         check=number(low=64, integer=True, optional=True),
     )
     probe_steps: int = option(
-        2, "timed training steps per probe graph", check=number(low=1, integer=True)
+        3, "timed training steps per probe graph (the fastest counts)", check=number(low=1, integer=True)
     )
     floor_mb: float | None = option(
         None,
