@@ -8,8 +8,9 @@ memory per rank and per machine (the memory model's replay), the halo rows and b
 sends a training step (the replay's own exchanges) and the predicted epoch time: per-edge and
 per-row costs of this model measured by a short probe in this process (the real trainer on two
 random graphs; ``--edge-ns`` / ``--row-us`` give them instead) and what a rank sends at
-``--bandwidth``. ``--parts DIR`` projects a partition on disk instead (its own sizes, one line
-per rank): what ``bench/projection_check.py`` measures against. Nothing is written.
+``--bandwidth``. ``--parts DIR`` projects a partition on disk instead (the sizes its
+``meta.json`` holds, one line per rank): what ``bench/projection_check.py`` measures against.
+Nothing is written.
 """
 
 from __future__ import annotations
@@ -109,7 +110,9 @@ class ProjectOptions(Config):
         check=number(low=64, integer=True, optional=True),
     )
     probe_steps: int = option(
-        3, "timed training steps per probe graph (the fastest counts)", check=number(low=1, integer=True)
+        3,
+        "timed training steps per probe graph (the fastest counts)",
+        check=number(low=1, integer=True),
     )
     floor_mb: float | None = option(
         None,
@@ -200,9 +203,11 @@ def run_project(args: argparse.Namespace) -> int:
     check_modelled(cfg)
     k = opts.ranks_per_machine
     if opts.parts is not None:
-        from fullgraph.commands.plan import verified_shape
+        from fullgraph.memory.shapes import GraphShape
+        from fullgraph.partition.format import partition_root, read_meta
 
-        shapes = [verified_shape(opts.parts)]
+        # the sizes only (``fullgraph plan`` checks every file: nothing here reads them)
+        shapes = [GraphShape.from_meta(read_meta(partition_root(opts.parts))[0])]
         if shapes[0].num_parts % k:
             raise ConfigError(f"{shapes[0].num_parts} parts do not fill machines of {k} ranks")
         total = sum(p.num_inner for p in shapes[0].parts)
