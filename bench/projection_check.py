@@ -5,9 +5,9 @@ For every case (a synthetic graph at a size, partitioned into ``P`` METIS parts)
 - the prediction: :func:`fullgraph.memory.projection.project` on the partition's
   ``meta.json`` (what ``fullgraph plan project --parts DIR`` prints), with the process floor
   (:func:`~fullgraph.memory.model.measure_floor`) and the per-edge and per-row costs
-  (:func:`~fullgraph.memory.projection.probe_costs`: the model's training steps on two random
-  graphs of the part's rows) measured in this process just before the run, one thread (a
-  rank's share of this machine's cores at ``P`` ranks);
+  (:func:`~fullgraph.memory.cost_probe.probe_costs`: the model's training steps on two random
+  graphs of the part's rows, and a two-rank run for the per-halo-row cost) measured just
+  before the run, one thread a rank (a rank's share of this machine's cores at ``P`` ranks);
 - the measurement: ``mpirun -n P fullgraph train --parts DIR ... --log-json`` (the memory
   model bench's wrapper gives every rank's peak RSS), epoch time the median of the training
   steps after the first (``epoch_s``, the slowest rank's; evaluation is not in it), halo bytes
@@ -82,13 +82,15 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--bandwidth", type=float, default=5.0, help="GB/s a rank sends (one box)")
+    ap.add_argument("--no-halo-probe", action="store_true", help="no per-halo-row cost")
     ap.add_argument("--quiet-load", type=float, default=1.0, help="1-minute load to wait for")
     ap.add_argument("--max-wait", type=float, default=300.0, help="seconds to wait for it")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args()
 
+    from fullgraph.memory.cost_probe import probe_costs, probe_rows
     from fullgraph.memory.model import GraphShape, measure_floor
-    from fullgraph.memory.projection import probe_costs, probe_rows, project, step_exchanges
+    from fullgraph.memory.projection import project, step_exchanges
     from fullgraph.partition import read_meta
     from fullgraph.training.config import TrainConfig
 
@@ -117,6 +119,7 @@ def main() -> None:
             rows=probe_rows(graph),
             train_share=share,
             bandwidth=a.bandwidth * 1e9,
+            halo=not a.no_halo_probe,
         )
         ranks = project(graph, cfg, floor, costs)
         log = root / f"{parts.name}.jsonl"
@@ -136,7 +139,8 @@ def main() -> None:
         line = (
             f"{parts.name:22s} n/rank {max(p.num_inner for p in graph.parts):7d} e/rank "
             f"{max(p.num_edges for p in graph.parts):9d}  costs {costs.edge_s * 1e9:.1f} ns/edge "
-            f"{costs.row_s * 1e6:.2f} us/row  floor {floor / 2**20:.0f} MiB  load {load:.2f} -> "
+            f"{costs.row_s * 1e6:.2f} us/row {costs.halo_row_s * 1e6:.2f} us/halo row  floor "
+            f"{floor / 2**20:.0f} MiB  load {load:.2f} -> "
             f"{os.getloadavg()[0]:.2f}"
         )
         for key, unit in (("epoch", "s"), ("peak", "MiB"), ("halo", "B")):

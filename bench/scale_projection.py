@@ -4,8 +4,9 @@ The projection is the library's (:mod:`fullgraph.memory.projection`, what ``full
 project --preset papers100M`` prints): ogbn-papers100M described to the memory model in equal
 parts (111,059,956 nodes, 1,615,685,872 edges stored both ways, 128 features, 172 classes,
 1,207,179 training nodes), GraphSAGE 3 x 256, dropout 0.5, the halo of ``--halo-ratio`` /
-``--halo-growth``, per-edge and per-row costs measured now in this process (one thread unless
-``--threads``; ``--edge-ns`` / ``--row-us`` give them) and ``--bandwidth`` GB/s a rank. Beside
+``--halo-growth``, per-edge, per-row and per-halo-row costs measured now
+(:func:`~fullgraph.memory.cost_probe.probe_costs`, one thread a rank unless ``--threads``;
+``--edge-ns`` / ``--row-us`` / ``--halo-row-us`` give them) and ``--bandwidth`` GB/s a rank. Beside
 it SAR's measured memory per machine (Mostafa, MLSys 2022) at 32 / 64 / 128 machines.
 
 Usage: ``python -m bench.scale_projection [--halo-ratio 1 --halo-growth 0.5] [--floor-mb 383]``;
@@ -35,20 +36,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="threads of a rank in the probe")
     ap.add_argument("--edge-ns", type=float, default=None, help="given per-edge cost (ns)")
     ap.add_argument("--row-us", type=float, default=None, help="given per-row cost (us)")
+    ap.add_argument("--halo-row-us", type=float, default=0.0, help="given per-halo-row cost")
     ap.add_argument("--floor-mb", type=float, default=None, help="default: measured now")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args()
 
+    from fullgraph.memory.cost_probe import PROBE_ROWS, probe_costs
     from fullgraph.memory.model import measure_floor
-    from fullgraph.memory.projection import (
-        PROBE_ROWS,
-        Costs,
-        HaloModel,
-        described_shape,
-        preset,
-        probe_costs,
-        project,
-    )
+    from fullgraph.memory.projection import Costs, HaloModel, described_shape, preset, project
     from fullgraph.training.config import TrainConfig
 
     size = preset("papers100M")
@@ -56,18 +51,21 @@ def main() -> None:
     F, C = size.num_features, size.num_classes
     floor = int(a.floor_mb * 2**20) if a.floor_mb is not None else measure_floor(cfg, F, C)
     if a.edge_ns is not None and a.row_us is not None:
-        costs = Costs(a.edge_ns * 1e-9, a.row_us * 1e-6, a.bandwidth * 1e9)
+        costs = Costs(
+            a.edge_ns * 1e-9, a.row_us * 1e-6, a.bandwidth * 1e9, halo_row_s=a.halo_row_us * 1e-6
+        )
     else:
         share = size.num_train / size.num_nodes
         costs = probe_costs(
             cfg, F, C, threads=a.threads, rows=PROBE_ROWS, train_share=share,
-            bandwidth=a.bandwidth * 1e9,
+            bandwidth=a.bandwidth * 1e9, halo=True,
         )  # fmt: skip
     halo = HaloModel(a.halo_ratio, a.halo_growth)
     k = a.ranks_per_machine
     print(
         f"floor {floor / 2**20:.0f} MiB; {costs.edge_s * 1e9:.2f} ns an edge, "
-        f"{costs.row_s * 1e6:.2f} us a row ({costs.source}); halo rho_16 {a.halo_ratio}, "
+        f"{costs.row_s * 1e6:.2f} us a row, {costs.halo_row_s * 1e6:.2f} us a halo row "
+        f"({costs.source}); halo rho_16 {a.halo_ratio}, "
         f"growth P^{a.halo_growth}; {a.bandwidth} GB/s a rank; {k} rank(s) a machine"
     )
     writer = CSVWriter(Path(a.out) / "scale_projection.csv")

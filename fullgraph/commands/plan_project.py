@@ -5,9 +5,11 @@ with ``fullgraph train``'s model options describes the graph's published sizes c
 parts (:func:`~fullgraph.memory.projection.described_shape`; the halo is the stated
 assumption of ``--halo-ratio`` / ``--halo-growth``) and prints, for every machine count, the
 memory per rank and per machine (the memory model's replay), the halo rows and bytes a rank
-sends a training step (the replay's own exchanges) and the predicted epoch time: per-edge and
-per-row costs of this model measured by a short probe in this process (the real trainer on two
-random graphs; ``--edge-ns`` / ``--row-us`` give them instead) and what a rank sends at
+sends a training step (the replay's own exchanges) and the predicted epoch time: per-edge,
+per-row and per-halo-row costs of this model measured by a short probe
+(:func:`~fullgraph.memory.cost_probe.probe_costs`: the real trainer on random graphs, in this
+process and in a two-rank ``mpirun`` run; ``--edge-ns`` / ``--row-us`` / ``--halo-row-us`` give
+them instead) and what a rank sends at
 ``--bandwidth``. ``--parts DIR`` projects a partition on disk instead (the sizes its
 ``meta.json`` holds, one line per rank): what ``bench/projection_check.py`` measures against.
 Nothing is written.
@@ -99,6 +101,15 @@ class ProjectOptions(Config):
         "us of a training step per inner row (with --edge-ns; default: measured now)",
         check=number(low=0.0, optional=True),
     )
+    halo_row_us: float | None = option(
+        None,
+        "us of a training step per halo row sent or received (with --edge-ns; default 0)",
+        check=number(low=0.0, optional=True),
+    )
+    no_halo_probe: bool = option(
+        False,
+        "measure no per-halo-row cost (it takes a two-rank `mpirun` run on this machine)",
+    )
     threads: int | None = option(
         None,
         "threads of a rank while the costs are measured (default: this machine's cores / K)",
@@ -127,6 +138,8 @@ class ProjectOptions(Config):
             raise ConfigError("give one of --preset NAME (papers100M, ...) or --parts DIR")
         if (self.edge_ns is None) != (self.row_us is None):
             raise ConfigError("--edge-ns and --row-us go together (or neither: measured now)")
+        if self.halo_row_us is not None and self.edge_ns is None:
+            raise ConfigError("--halo-row-us goes with --edge-ns and --row-us")
         if self.preset is not None:
             from fullgraph.memory.projection import preset
 
@@ -145,7 +158,8 @@ def register(kinds: argparse._SubParsersAction) -> None:
             "step, and the predicted epoch time of `fullgraph train` on a graph described by "
             "its published sizes (--preset) cut into equal parts for every machine count "
             "(--machines), or on a partition on disk (--parts). Costs are measured now by a "
-            "short probe (the model's training steps on two random graphs) unless given. "
+            "short probe (the model's training steps on random graphs, one process and two "
+            "ranks) unless given. "
             "Nothing is written. Example: fullgraph plan project --preset papers100M "
             "--machines 16,32,64,128 --model sage --layers 3 --hidden 256"
         ),
@@ -160,11 +174,13 @@ def register(kinds: argparse._SubParsersAction) -> None:
 
 def _costs(opts: ProjectOptions, cfg: TrainConfig, graph: GraphShape, share: float) -> Costs:
     """The given costs, or the probe's on this machine now."""
-    from fullgraph.memory.projection import Costs, probe_costs, probe_rows
+    from fullgraph.memory.cost_probe import probe_costs, probe_rows
+    from fullgraph.memory.projection import Costs
 
     bandwidth = opts.bandwidth * 1e9
     if opts.edge_ns is not None and opts.row_us is not None:
-        costs = Costs(opts.edge_ns * 1e-9, opts.row_us * 1e-6, bandwidth)
+        halo = (opts.halo_row_us or 0.0) * 1e-6
+        costs = Costs(opts.edge_ns * 1e-9, opts.row_us * 1e-6, bandwidth, halo_row_s=halo)
         costs.check()
         return costs
     threads = opts.threads or max(1, (os.cpu_count() or 1) // opts.ranks_per_machine)
@@ -178,6 +194,7 @@ def _costs(opts: ProjectOptions, cfg: TrainConfig, graph: GraphShape, share: flo
         steps=opts.probe_steps,
         train_share=share,
         bandwidth=bandwidth,
+        halo=not opts.no_halo_probe and graph.num_parts > 1,
     )
 
 
@@ -232,7 +249,8 @@ def run_project(args: argparse.Namespace) -> int:
     print(f"fullgraph plan project: {first.dataset} ({named})")
     print(
         f"model {cfg.model} L={cfg.layers} H={cfg.hidden}; floor {floor / MIB:.0f} MiB; costs "
-        f"{costs.edge_s * 1e9:.2f} ns an edge, {costs.row_s * 1e6:.2f} us a row "
+        f"{costs.edge_s * 1e9:.2f} ns an edge, {costs.row_s * 1e6:.2f} us a row, "
+        f"{costs.halo_row_s * 1e6:.2f} us a halo row "
         f"({costs.source}); {costs.bandwidth / 1e9:g} GB/s a rank; {k} rank(s) a machine"
     )
     if opts.parts is not None:

@@ -12,11 +12,11 @@ halo of ``h = min(rho(P) n, N - n)`` rows received (and as many sent), ``rho(P) 
 - **halo traffic**: every exchange of one training step as the same replay makes it (its
   width, rows sent and received, bytes a value or a compressed record): no second copy of the
   layers' exchange rules here (:func:`step_exchanges`);
-- **epoch time**: ``edge_s e + row_s n`` of compute, with the per-edge and per-row costs of
-  *this* model measured by :func:`probe_costs` (training steps of the real trainer on two
-  random graphs that differ only in their degree) or given, plus the bytes the rank sends
-  (halo rows and the gradient all-reduce) at ``bandwidth``; the epoch is the slowest rank's.
-  The exchange is taken not to overlap compute (an upper bound where it does).
+- **epoch time**: ``edge_s e + row_s n + halo_row_s (S + h)`` of compute, with the costs of
+  *this* model measured by :func:`~fullgraph.memory.cost_probe.probe_costs` (training steps of
+  the real trainer on random graphs) or given, plus the bytes the rank sends (halo rows and
+  the gradient all-reduce) at ``bandwidth``; the epoch is the slowest rank's. The exchange is
+  taken not to overlap compute (an upper bound where it does).
 
 :func:`project` turns a :class:`~fullgraph.memory.shapes.GraphShape` into one
 :class:`RankProjection` per rank; ``fullgraph plan project`` prints them
@@ -25,18 +25,13 @@ halo of ``h = min(rho(P) n, N - n)`` rows received (and as many sent), ``rho(P) 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from fullgraph.errors import ConfigError
 from fullgraph.memory.ledger import F32
 from fullgraph.memory.model import REPLAYS, Prediction, check_modelled, predict_rank
 from fullgraph.memory.shapes import GraphShape, PartShape
 from fullgraph.training.config import TrainConfig
-
-if TYPE_CHECKING:
-    from fullgraph.partition import Partition
 
 __all__ = [
     "PRESETS",
@@ -47,7 +42,6 @@ __all__ = [
     "RankProjection",
     "described_shape",
     "preset",
-    "probe_costs",
     "project",
     "step_exchanges",
 ]
@@ -211,7 +205,8 @@ def step_exchanges(
 
 @dataclass(frozen=True)
 class Costs:
-    """What an epoch costs on one rank, measured (:func:`probe_costs`) or given.
+    """What an epoch costs on one rank, measured (:func:`~fullgraph.memory.cost_probe.
+    probe_costs`) or given.
 
     Attributes:
         edge_s: seconds of a training step per stored in-edge of the rank.
@@ -226,119 +221,16 @@ class Costs:
     bandwidth: float
     threads: int = 1
     source: str = "given"
+    #: seconds of a training step per halo row sent or received (packing, the products of
+    #: the rows returned in the backward pass); 0: not measured
+    halo_row_s: float = 0.0
 
     def check(self) -> None:
         """Refuse costs no machine has (one line)."""
-        if self.edge_s < 0 or self.row_s < 0 or self.edge_s + self.row_s <= 0:
+        if min(self.edge_s, self.row_s, self.halo_row_s) < 0 or self.edge_s + self.row_s <= 0:
             raise ConfigError("per-edge and per-row costs must be >= 0, not both 0")
         if self.bandwidth <= 0:
             raise ConfigError("the bandwidth must be > 0")
-
-
-#: The cost probe's rows at most: ``[rows, 256]`` float32 is 256 MiB, far beyond a last-level
-#: cache (random row gathers then run at the memory's rate, as on a papers100M-sized part).
-PROBE_ROWS = 2**18
-
-
-def probe_rows(graph: GraphShape) -> int:
-    """The cost probe's rows for ``graph``: its largest part's, at most :data:`PROBE_ROWS`."""
-    return max(64, min(PROBE_ROWS, max(p.num_inner for p in graph.parts)))
-
-
-def _probe_part(rows: int, degree: int, features: int, classes: int, train: float) -> Partition:
-    """A one-rank part of ``rows`` rows of ``degree`` uniformly random in-edges each."""
-    import numpy as np
-
-    from fullgraph.datasets.graph import Graph
-    from fullgraph.partition.whole import whole_graph_part
-
-    rng = np.random.default_rng(degree)
-    cols = np.sort(rng.integers(0, rows, (rows, degree)), axis=1)
-    own = np.broadcast_to(np.arange(rows)[:, None], cols.shape)
-    loops = cols == own
-    cols[loops] = (own[loops] + 1) % rows  # no self-loops
-    cols.sort(axis=1)
-    y = rng.integers(0, classes, rows)
-    train_mask = rng.random(rows) < train
-    graph = Graph(
-        name=f"cost-probe-{degree}",
-        num_nodes=rows,
-        indptr=np.arange(0, rows * degree + 1, degree, dtype=np.int64),
-        indices=cols.reshape(-1).astype(np.int64),
-        x=rng.normal(size=(rows, features)).astype(np.float32),
-        y=y.astype(np.int64),
-        train_mask=train_mask,
-        val_mask=~train_mask,
-        test_mask=np.zeros(rows, bool),
-        num_classes=classes,
-    )
-    return whole_graph_part(graph)
-
-
-def _step_seconds(part: Partition, cfg: TrainConfig, steps: int) -> float:
-    """The fastest of ``steps`` training steps of the real trainer on ``part`` (after one
-    warm-up): on a shared machine the least disturbed one."""
-    from fullgraph.distributed.communicator import Communicator
-    from fullgraph.run.options import RunOptions
-    from fullgraph.training.trainer import Trainer
-
-    # a gentle learning rate, as the floor probe's: the steps only time the model
-    settings = {**cfg.to_dict(), "epochs": steps + 1, "lr": 1e-3, "lr_warmup": 0, "extra": {}}
-    trainer = Trainer(part, Communicator(), TrainConfig(**settings), RunOptions(quiet=True))
-    trainer.train_step(1)
-    times = []
-    for epoch in range(2, steps + 2):
-        t0 = time.perf_counter()
-        trainer.train_step(epoch, keep_logits=False)
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
-def probe_costs(
-    cfg: TrainConfig,
-    num_features: int,
-    num_classes: int,
-    *,
-    threads: int = 1,
-    rows: int = PROBE_ROWS,
-    degrees: tuple[int, int] = (2, 32),
-    steps: int = 3,
-    train_share: float = 0.5,
-    bandwidth: float = 12.5e9,
-) -> Costs:
-    """Measure ``edge_s`` and ``row_s`` of ``cfg``'s model on this machine, now.
-
-    Trains the model in this process on two random graphs of ``rows`` rows that differ only
-    in their in-degree (``degrees``): the step time difference over the edge difference is
-    the per-edge cost, what is left of the sparser graph's step per row the per-row cost.
-    ``rows`` should be the parts' own (a row gather's cost depends on whether the rows it reads
-    stay in the cache: at :data:`PROBE_ROWS` a layer's ``[rows, H]`` is far beyond it, as on a
-    papers100M part). ``train_share``: the training rows' share (the loss's rows, the last layer's
-    receptive-field cut). Seconds: the fastest of ``steps`` steps a graph (after a warm-up),
-    at ``threads`` threads.
-
-    Raises:
-        ConfigError: a model the memory model does not cover, or probe sizes too small.
-    """
-    from fullgraph.kernels.cpu_launch import set_threads
-
-    check_modelled(cfg)
-    lo, hi = degrees
-    if rows < 64 or not 1 <= lo < hi < rows or steps < 1 or not 0 < train_share <= 1:
-        raise ConfigError("the cost probe needs >= 64 rows, 1 <= degrees low < high < rows")
-    set_threads(threads)
-    seconds = []
-    for degree in (lo, hi):
-        part = _probe_part(rows, degree, num_features, num_classes, train_share)
-        seconds.append(_step_seconds(part, cfg, steps))
-        del part
-    edge_s = max(0.0, (seconds[1] - seconds[0]) / (rows * (hi - lo)))
-    row_s = max(0.0, (seconds[0] - edge_s * rows * lo) / rows)
-    source = (
-        f"measured: fastest of {steps} step(s) on {rows} rows x in-degree {lo} and {hi}, {threads} "
-        f"thread(s): {seconds[0]:.3f} s and {seconds[1]:.3f} s"
-    )
-    return Costs(edge_s, row_s, bandwidth, threads, source)
 
 
 @dataclass(frozen=True)
@@ -349,7 +241,7 @@ class RankProjection:
         part: its sizes.
         memory: its predicted peak (:class:`~fullgraph.memory.model.Prediction`).
         exchanges: the exchanges of one training step (:func:`step_exchanges`).
-        compute_s: ``edge_s e + row_s n``.
+        compute_s: ``edge_s e + row_s n + halo_row_s (S + h)``.
         send_s: the bytes it sends a step (halo and the gradient all-reduce) at the bandwidth.
     """
 
@@ -414,6 +306,7 @@ def project(graph: GraphShape, cfg: TrainConfig, floor: int, costs: Costs) -> li
         memory = predict_rank(part, graph, cfg, floor)
         exchanges = tuple(step_exchanges(part, graph, cfg))
         compute = costs.edge_s * part.num_edges + costs.row_s * part.num_inner
+        compute += costs.halo_row_s * (part.num_send + part.num_halo)
         sent = sum(x.bytes_sent for x in exchanges) + reduce_bytes
         out.append(RankProjection(part, memory, exchanges, compute, sent / costs.bandwidth))
     if len(parts) < len(graph.parts):  # alike: rank 0's projection for every rank
