@@ -73,6 +73,11 @@ class Graph:
           ``e`` is ``indices[e] -> v`` for the row ``v`` holding ``e``); loaders keep them
           aligned through their edge operations
           (:func:`~fullgraph.datasets.edges.edges_to_csr_with_values`).
+        - ``node_ids``: int64 [num_nodes], ascending, or ``None``: a receptive-field cut of a
+          larger graph (:mod:`~fullgraph.partition.receptive_cut`) keeps every node's id in
+          that graph (the key of its dropout stream and what ``predict`` writes), and
+          ``full_in_degree`` / ``full_in_weight`` its in-degree there (what GCN's
+          normalisation reads), where the cut's own CSR lacks edges.
     """
 
     name: str
@@ -88,6 +93,9 @@ class Graph:
     meta: dict = field(default_factory=dict)
     edge_weight: np.ndarray | None = None
     edge_attr: np.ndarray | None = None
+    node_ids: np.ndarray | None = None
+    full_in_degree: np.ndarray | None = None
+    full_in_weight: np.ndarray | None = None
 
     @property
     def edge_dim(self) -> int:
@@ -105,12 +113,17 @@ class Graph:
         return 0 if self.x is None else int(self.x.shape[1])
 
     def in_degree(self) -> np.ndarray:
-        """In-degree of every node, int64 [num_nodes]."""
+        """In-degree of every node, int64 [num_nodes] (in the uncut graph, for a cut)."""
+        if self.full_in_degree is not None:
+            return self.full_in_degree
         return np.diff(self.indptr).astype(np.int64)
 
     def in_weight(self) -> np.ndarray | None:
         """Weighted in-degree of every node (the sum of its incoming edge weights, added in CSR
-        order), float64 [num_nodes]; ``None`` without edge weights."""
+        order; in the uncut graph, for a cut), float64 [num_nodes]; ``None`` without edge
+        weights."""
+        if self.full_in_weight is not None:
+            return self.full_in_weight
         if self.edge_weight is None:
             return None
         rows = np.repeat(np.arange(self.num_nodes), np.diff(self.indptr))

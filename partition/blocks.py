@@ -77,6 +77,9 @@ class NodeBlocks:
         seed: METIS's seed.
         metis: the METIS library that cut the blocks (``libmetis``, ``pymetis``, or ``none``
             when every node is its own block).
+        position, full_rows: a receptive-field cut's blocks (:mod:`~fullgraph.partition.
+            receptive_cut`): every node's position in its block of the whole graph, and every
+            block's size there; ``None`` otherwise.
     """
 
     block: np.ndarray
@@ -84,6 +87,8 @@ class NodeBlocks:
     block_size: int
     seed: int
     metis: str
+    position: np.ndarray | None = None
+    full_rows: np.ndarray | None = None
 
     def digest(self) -> str:
         """Hex SHA-256 of the block vector as little-endian int64 (what ``meta.json`` keeps)."""
@@ -311,7 +316,7 @@ def block_loads(graph: Graph, block: np.ndarray, num_blocks: int) -> dict[str, n
     loads = {
         "nodes": np.bincount(block, minlength=num_blocks),
         "train": np.bincount(block, weights=graph.train_mask, minlength=num_blocks),
-        "edges": np.bincount(block, weights=graph.in_degree(), minlength=num_blocks),
+        "edges": np.bincount(block, weights=np.diff(graph.indptr), minlength=num_blocks),
     }
     return {k: v.astype(np.int64) for k, v in loads.items() if v.sum() > 0}
 
@@ -486,15 +491,3 @@ def check_whole_blocks(blocks: NodeBlocks, owner: np.ndarray) -> None:
             f"block {b} lies in parts {int(part_of[b])} and {int(owner[split[0]])}: a part must "
             "hold whole blocks"
         )
-
-
-def part_block_arrays(inner_blocks: np.ndarray) -> dict[str, np.ndarray]:
-    """``block_ids`` and ``block_ptr`` of a part whose inner rows have the (sorted) blocks
-    ``inner_blocks``."""
-    starts = np.flatnonzero(np.diff(inner_blocks)) + 1
-    ni = int(inner_blocks.size)
-    first = np.concatenate([[0], starts]).astype(np.int64) if ni else np.zeros(0, np.int64)
-    return {
-        "block_ids": np.asarray(inner_blocks[first], dtype=np.int64),
-        "block_ptr": np.concatenate([first, [ni]]).astype(np.int64),
-    }

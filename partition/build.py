@@ -16,13 +16,12 @@ from tqdm import tqdm
 from fullgraph.atomic import atomic_dir, atomic_write_json
 from fullgraph.datasets.graph import SPLITS, Graph, first_overlap, split_name
 from fullgraph.datasets.link import LinkSplit
-from fullgraph.errors import DataError, PartitionError
+from fullgraph.errors import ConfigError, DataError, PartitionError
 from fullgraph.partition.assign import assign_parts, check_num_parts, resolve_assign
 from fullgraph.partition.blocks import (
     NodeBlocks,
     block_assignment,
     check_whole_blocks,
-    part_block_arrays,
 )
 from fullgraph.partition.format import (
     FORMAT_VERSION,
@@ -32,6 +31,7 @@ from fullgraph.partition.format import (
 from fullgraph.partition.link_parts import LinkParts, check_link_split
 from fullgraph.partition.npy_files import ChunkedArray, save_array
 from fullgraph.partition.output_kind import PARTITION, check_partition_out
+from fullgraph.partition.receptive_cut import CutSpec, cut_and_assign
 from fullgraph.partition.report import build_report
 from fullgraph.resources import StageTimer
 
@@ -100,6 +100,7 @@ class _PartBuilder:
     def __init__(self, graph: Graph, owner: np.ndarray, local_inner: np.ndarray) -> None:
         self.graph = graph
         self.in_weight = graph.in_weight()  # GLOBAL weighted in-degrees, float64 (or None)
+        self.in_degree = graph.in_degree()  # GLOBAL in-degrees (a cut's: the whole graph's)
         self.owner = owner
         self.local_inner = local_inner
         self.indptr = np.asarray(graph.indptr).astype(np.int64, copy=False)
@@ -135,7 +136,7 @@ class _PartBuilder:
             "indices": ChunkedArray(
                 (int(part_indptr[-1]),), np.dtype(np.int64), self._sources(inner, halo, part_indptr)
             ),
-            "in_degree": indptr[global_ids + 1] - indptr[global_ids],
+            "in_degree": self.in_degree[global_ids],
             "x": ChunkedArray((ni, features), np.dtype(np.float32), self._features(inner)),
             "y": np.asarray(graph.y[inner], dtype=np.int64),
             "train_mask": np.asarray(graph.train_mask[inner], dtype=np.bool_),
@@ -144,6 +145,8 @@ class _PartBuilder:
             "recv_offsets": recv_offsets,
         }
         nnz = int(part_indptr[-1])
+        if graph.node_ids is not None:  # a receptive-field cut: the whole graph's ids
+            arrays["node_ids"] = np.asarray(graph.node_ids[global_ids], dtype=np.int64)
         if graph.edge_weight is not None:
             arrays["edge_weight"] = ChunkedArray(
                 (nnz,), np.dtype(np.float32), self._edge_rows(graph.edge_weight, inner, part_indptr)
@@ -202,6 +205,24 @@ class _PartBuilder:
                 yield np.asarray(x[inner[lo:hi]], dtype=np.float32)
 
         return chunks
+
+
+def part_block_arrays(blocks: NodeBlocks, inner: np.ndarray) -> dict[str, np.ndarray]:
+    """``block_ids`` and ``block_ptr`` of a part whose inner rows ``inner`` are in (block, id)
+    order; for a receptive-field cut also ``block_pos`` (each row's position in its block of
+    the whole graph) and ``block_full`` (each of the part's blocks' size there)."""
+    inner_blocks = blocks.block[inner]
+    starts = np.flatnonzero(np.diff(inner_blocks)) + 1
+    ni = int(inner_blocks.size)
+    first = np.concatenate([[0], starts]).astype(np.int64) if ni else np.zeros(0, np.int64)
+    arrays = {
+        "block_ids": np.asarray(inner_blocks[first], dtype=np.int64),
+        "block_ptr": np.concatenate([first, [ni]]).astype(np.int64),
+    }
+    if blocks.position is not None and blocks.full_rows is not None:
+        arrays["block_pos"] = np.asarray(blocks.position[inner], dtype=np.int64)
+        arrays["block_full"] = np.asarray(blocks.full_rows[arrays["block_ids"]], dtype=np.int64)
+    return arrays
 
 
 def write_partitions(
@@ -306,7 +327,7 @@ def write_partitions(
                 arrays, halo_owner, cut = builder.build(r, inner, num_parts)
                 edge_cut += cut
                 if blocks is not None:
-                    arrays.update(part_block_arrays(blocks.block[inner]))
+                    arrays.update(part_block_arrays(blocks, inner))
                 if cut_link is not None:
                     arrays.update(cut_link.arrays(r))
                 for name, array in arrays.items():
@@ -358,6 +379,8 @@ def write_partitions(
             meta["edge_dim"] = graph.edge_dim
         if "split" in graph.meta:  # which of the dataset's fixed splits the masks are
             meta["split"] = int(graph.meta["split"])
+        if "cut" in graph.meta:  # a receptive-field cut (partition/receptive_cut.py)
+            meta["cut"] = dict(graph.meta["cut"])
         if cut_link is not None:
             meta["link"] = cut_link.meta()
         if blocks is not None:
@@ -403,6 +426,7 @@ def partition_graph(
     assign: str | None = None,
     block_size: int | None = None,
     link: LinkSplit | None = None,
+    cut: CutSpec | None = None,
 ) -> dict:
     """Assign owners and write the parts with :func:`write_partitions`.
 
@@ -426,6 +450,9 @@ def partition_graph(
             :func:`~fullgraph.partition.blocks.default_block_size`).
         link: a link split whose message-passing graph is ``graph``, checked (leaks refused)
             before the assignment; the parts carry its supervision edges.
+        cut: partition only the receptive field ``cut`` names
+            (:mod:`~fullgraph.partition.receptive_cut`; with blocks, the whole graph's blocks
+            restricted to it); not with ``link``.
 
     Returns:
         The metadata written to ``out/meta.json``; ``meta["report"]`` is the partition report.
@@ -437,10 +464,20 @@ def partition_graph(
         check_link_split(link, graph)
     timer = StageTimer()
     notes: list[str] = []
-    with timer.stage("assign"):
-        owner, blocks = assign_owners(
-            graph, num_parts, method, seed, metis, assign, block_size, notes
-        )
+    if cut is not None:
+        if link is not None:
+            raise ConfigError(
+                "--cut-hops: a link split's pairs may end at any node; partition it without a cut"
+            )
+        with timer.stage("cut"):
+            graph, owner, blocks = cut_and_assign(
+                graph, cut, num_parts, method, seed, metis, assign, block_size, notes
+            )
+    else:
+        with timer.stage("assign"):
+            owner, blocks = assign_owners(
+                graph, num_parts, method, seed, metis, assign, block_size, notes
+            )
     return write_partitions(
         graph,
         owner,

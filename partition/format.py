@@ -75,6 +75,12 @@ block_ptr      int64  [b + 1]                  block ``block_ids[k]`` is the inn
                                                ``block_ptr[k]`` up to ``block_ptr[k+1] - 1``
 ============== ====== ======================== ==================================================
 
+A receptive-field cut (:data:`CUT_ARRAYS`, only when ``meta.json`` has ``cut``; see
+:mod:`fullgraph.partition.receptive_cut`): ``node_ids`` int64 [num_inner + num_halo], every
+local node's id in the whole graph (``global_ids`` are the cut's, in the same order); with
+blocks also ``block_pos`` int64 [num_inner], each inner row's position in its block of the whole
+graph, and ``block_full`` int64 [b], each of the part's blocks' size there.
+
 Link prediction (:data:`LINK_ARRAYS`, only when ``meta.json`` has ``link``): every part holds
 the supervision edges anchored at its inner nodes, ``link_<split>[_id|_neg|_neg_id]``; see
 :mod:`fullgraph.partition.link_parts`. A partition without ``link`` loads as before.
@@ -154,6 +160,13 @@ LINK_ARRAYS: dict[str, np.dtype] = {
     if s != "train" or suffix in ("", "_id")
 }
 
+#: The per-part arrays of a receptive-field cut (see above) and their dtypes.
+CUT_ARRAYS: dict[str, np.dtype] = {
+    "node_ids": np.dtype(np.int64),
+    "block_pos": np.dtype(np.int64),
+    "block_full": np.dtype(np.int64),
+}
+
 #: The ``meta.json`` keys of a partition with blocks.
 BLOCK_META_KEYS = ("num_blocks", "block_size", "block_seed", "block_metis", "block_sha256")
 
@@ -161,6 +174,13 @@ BLOCK_META_KEYS = ("num_blocks", "block_size", "block_seed", "block_metis", "blo
 def block_arrays(meta: dict) -> tuple[str, ...]:
     """The block arrays a partition with this ``meta.json`` stores (none without blocks)."""
     return tuple(BLOCK_ARRAYS) if "num_blocks" in meta else ()
+
+
+def cut_arrays(meta: dict) -> tuple[str, ...]:
+    """The cut arrays a partition with this ``meta.json`` stores (none without ``cut``)."""
+    if "cut" not in meta:
+        return ()
+    return ("node_ids", "block_pos", "block_full") if "num_blocks" in meta else ("node_ids",)
 
 
 def edge_arrays(meta: dict) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from fullgraph.datasets.graph import SPLITS, first_overlap, split_name
 from fullgraph.errors import PartitionError
 from fullgraph.partition.format import (
     BLOCK_ARRAYS,
+    CUT_ARRAYS,
     EDGE_ARRAYS,
     LINK_ARRAYS,
     META_NAME,
@@ -20,10 +21,18 @@ from fullgraph.partition.format import (
     PartitionDir,
     block_arrays,
     check_file,
+    cut_arrays,
     edge_arrays,
     file_key,
 )
 from fullgraph.partition.link_parts import check_link_meta, check_part_link, link_arrays, link_view
+
+
+def whole_ids(part: object) -> np.ndarray:
+    """Every local node's id in the whole graph: a receptive-field cut's ``node_ids``, else its
+    ``global_ids`` (the keys of dropout streams; in the same order as ``global_ids``)."""
+    node_ids = getattr(part, "node_ids", None)
+    return part.global_ids if node_ids is None else node_ids  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -50,6 +59,10 @@ class Partition:
           ``None`` for a partition without blocks (written before them, or not by
           ``--assign blocks``). A loaded part's inner rows are block-contiguous:
           ``block_rows`` is ``arange(num_inner)``.
+        - ``node_ids``: int64 [num_inner + num_halo], a receptive-field cut's ids of the local
+          nodes in the whole graph; ``block_pos`` [num_inner] and ``block_full`` [b]: the cut's
+          rows' positions in their blocks of the whole graph and those blocks' sizes
+          (:mod:`~fullgraph.partition.receptive_cut`); ``None`` without a cut.
         - ``link``: a link-prediction partition's supervision edges anchored at this part's
           inner nodes (:mod:`~fullgraph.partition.link_parts`): ``train``, ``train_id``,
           ``valid``, ``valid_id``, ``valid_neg`` (``valid_neg_id`` for negative pairs),
@@ -85,6 +98,9 @@ class Partition:
     block_rows: np.ndarray | None = None
     block_ptr: np.ndarray | None = None
     link: dict[str, np.ndarray] | None = None
+    node_ids: np.ndarray | None = None
+    block_pos: np.ndarray | None = None
+    block_full: np.ndarray | None = None
 
     @property
     def has_blocks(self) -> bool:
@@ -391,6 +407,7 @@ def load_partition(
         **{k: EDGE_ARRAYS[k] for k in edge_arrays(meta)},
         **{k: BLOCK_ARRAYS[k] for k in block_arrays(meta)},
         **{k: LINK_ARRAYS[k] for k in link_arrays(meta)},
+        **{k: CUT_ARRAYS[k] for k in cut_arrays(meta)},
     }
     for name, dtype in wanted.items():
         key = file_key(rank, name)
@@ -415,6 +432,17 @@ def load_partition(
         check_part_link(root, meta, rank, link)
     part = meta["parts"][rank]
     num_inner, num_halo = int(part["num_inner"]), int(part["num_halo"])
+    for name, rows in (("node_ids", num_inner + num_halo), ("block_pos", num_inner)):
+        if name in arrays and arrays[name].shape != (rows,):
+            raise PartitionError(
+                f"{root / file_key(rank, name)} has shape {arrays[name].shape}, not ({rows},); "
+                f"{REWRITE}"
+            )
+    if "block_full" in arrays and arrays["block_full"].shape != arrays["block_ids"].shape:
+        raise PartitionError(
+            f"{root / file_key(rank, 'block_full')} has {arrays['block_full'].shape[0]} entries "
+            f"for {arrays['block_ids'].shape[0]} blocks; {REWRITE}"
+        )
     if "block_ids" in arrays:
         arrays["block_rows"] = np.arange(num_inner, dtype=np.int64)
     return Partition(

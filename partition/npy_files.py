@@ -13,6 +13,7 @@ import numpy as np
 from fullgraph.errors import PartitionError
 from fullgraph.partition.format import (
     BLOCK_ARRAYS,
+    CUT_ARRAYS,
     EDGE_ARRAYS,
     LINK_ARRAYS,
     PART_ARRAYS,
@@ -57,6 +58,7 @@ def save_array(
         PART_ARRAYS.get(name)
         or EDGE_ARRAYS.get(name)
         or LINK_ARRAYS.get(name)
+        or CUT_ARRAYS.get(name)
         or BLOCK_ARRAYS[name]
     )
     if array.dtype != expected:

@@ -11,6 +11,7 @@ from fullgraph.datasets.graph import GRAPH_ARRAYS, Graph
 from fullgraph.datasets.link import LinkSplit
 from fullgraph.errors import PartitionError
 from fullgraph.partition.blocks import block_digest, node_blocks
+from fullgraph.partition.cut_verify import check_cut_parts, recut
 from fullgraph.partition.format import (
     BLOCK_ARRAYS,
     EDGE_ARRAYS,
@@ -29,8 +30,9 @@ def _fail(part: Partition, msg: str) -> PartitionError:
     return PartitionError(f"part-{part.rank}: {msg}")
 
 
-def _check_structure(p: Partition, num_nodes: int) -> None:
-    """Index ranges, offsets and shapes of one part."""
+def _check_structure(p: Partition, num_nodes: int, cut: bool = False) -> None:
+    """Index ranges, offsets and shapes of one part (``cut``: a receptive-field cut, whose
+    nodes store at most their whole-graph in-degree of edges)."""
     ni, nl, P = p.num_inner, p.num_local, p.num_parts
     if p.indptr.shape != (ni + 1,) or p.indptr[0] != 0 or np.any(np.diff(p.indptr) < 0):
         raise _fail(p, "indptr is not a CSR row pointer over the inner nodes")
@@ -53,8 +55,10 @@ def _check_structure(p: Partition, num_nodes: int) -> None:
         raise _fail(p, "exchanges rows with itself")
     if p.send_index.size and (p.send_index.min() < 0 or p.send_index.max() >= ni):
         raise _fail(p, "send_index names a node that is not inner")
-    if not np.array_equal(p.in_degree[:ni], np.diff(p.indptr)):
-        v = int(p.global_ids[np.flatnonzero(p.in_degree[:ni] != np.diff(p.indptr))[0]])
+    stored = np.diff(p.indptr)
+    wrong = stored > p.in_degree[:ni] if cut else stored != p.in_degree[:ni]
+    if np.any(wrong):
+        v = int(p.global_ids[np.flatnonzero(wrong)[0]])
         raise _fail(p, f"node {v} stores a different number of incoming edges than its in-degree")
     _check_edge_values(p)
     halo_used = np.bincount(p.indices[p.indices >= ni] - ni, minlength=p.num_halo)
@@ -203,10 +207,13 @@ def _stored_blocks(parts: list[Partition], num_nodes: int, num_blocks: int) -> n
     return block_of
 
 
-def _check_blocks(parts: list[Partition], meta: dict, graph: Graph | None) -> bool:
+def _check_blocks(
+    parts: list[Partition], meta: dict, graph: Graph | None, expected: np.ndarray | None = None
+) -> bool:
     """The blocks of a partition with blocks against ``meta.json``'s digest and, with
-    ``graph``, against the blocks cut from it again; whether they were cut again (not when the
-    METIS library that cut them is not installed here).
+    ``graph``, against the blocks cut from it again (``expected``: those of a cut made again);
+    whether they were cut again (not when the METIS library that cut them is not installed
+    here).
 
     Raises:
         PartitionError: one line saying what differs.
@@ -220,6 +227,14 @@ def _check_blocks(parts: list[Partition], meta: dict, graph: Graph | None) -> bo
         )
     if graph is None:
         return False
+    if expected is not None:
+        if not np.array_equal(expected, stored):
+            v = int(np.flatnonzero(expected != stored)[0])
+            raise PartitionError(
+                f"the blocks of the cut made again from {graph.name} differ from the stored "
+                f"ones (node {v}); {REWRITE}"
+            )
+        return True
     library = meta["block_metis"]
     if library == "libmetis":
         from fullgraph.partition.libmetis import find_libmetis
@@ -299,6 +314,9 @@ def verify_partitions(
             f"{meta_path} has no link split but {link.name}'s was given; partition the dataset "
             f"again (its link split is carried when it has one)"
         )
+    cut_blocks = None
+    if graph is not None and "cut" in meta:  # checked against the cut made again
+        graph, cut_blocks = recut(meta, graph)
     if graph is not None:
         for key, value in (
             ("num_nodes", graph.num_nodes),
@@ -317,7 +335,7 @@ def verify_partitions(
     owner = np.full(n, -1, dtype=np.int64)
     cut = 0
     for p in parts:
-        _check_structure(p, n)
+        _check_structure(p, n, cut="cut" in meta)
         inner = p.global_ids[: p.num_inner]
         if np.any(owner[inner] >= 0):
             v = int(inner[np.flatnonzero(owner[inner] >= 0)[0]])
@@ -361,9 +379,11 @@ def verify_partitions(
             _check_against_graph(p, graph)
             _release(graph)
         _release(p)
+    if "cut" in meta:
+        check_cut_parts(parts, meta)
     recomputed = False
     if "num_blocks" in meta:
-        recomputed = _check_blocks(parts, meta, graph)
+        recomputed = _check_blocks(parts, meta, graph, cut_blocks)
     if cut != meta["edge_cut"]:
         raise PartitionError(
             f"{meta_path}: edge_cut is {meta['edge_cut']} but the parts store {cut} edges from "

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fullgraph.partition.receptive_cut import CutSpec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -88,6 +92,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "recorded in meta.json",
     )
     parser.add_argument(
+        "--cut-hops",
+        type=int,
+        metavar="L",
+        help="the exact receptive-field cut: keep only the nodes within L hops (along incoming "
+        "edges) of the --cut-splits nodes and the edges between them, with their whole-graph "
+        "degrees and ids, so that an L-layer model trains and evaluates those nodes exactly as "
+        "on the whole graph (bit for bit with --assign blocks); L = the model's layers; "
+        "recorded in meta.json (cut); predict then answers for those nodes only",
+    )
+    parser.add_argument(
+        "--cut-splits",
+        metavar="S[,S...]",
+        help="with --cut-hops: the splits whose nodes the cut keeps the receptive field of "
+        "(train, val, test; default all three)",
+    )
+    parser.add_argument(
         "--force",
         action="store_true",
         help="replace an existing --out if it is a partition fullgraph wrote (anything else "
@@ -112,6 +132,7 @@ def _partition(args: argparse.Namespace) -> int:
     if args.parts < 1:
         check_num_parts(args.parts, 1)
     resolve_assign(args.method, args.assign, args.block_size)  # before the graph is read
+    cut = _cut(args)
     # --out is replaced as a whole: never the dataset read, its root, or a folder holding them;
     # an existing --out only if it is a partition fullgraph wrote
     out = Place(args.out, f"--out {args.out}", whole=True)
@@ -146,6 +167,7 @@ def _partition(args: argparse.Namespace) -> int:
         assign=args.assign,
         block_size=args.block_size,
         link=link,
+        cut=cut,
     )
     print(format_report(meta))
     if link is not None:
@@ -154,6 +176,18 @@ def _partition(args: argparse.Namespace) -> int:
         f"wrote {args.out} ({meta['num_parts']} parts); check it with `fullgraph verify {args.out}`"
     )
     return 0
+
+
+def _cut(args: argparse.Namespace) -> CutSpec | None:
+    """``--cut-hops`` / ``--cut-splits`` checked (one line each), or ``None`` without a cut."""
+    from fullgraph.errors import ConfigError
+    from fullgraph.partition.receptive_cut import check_cut
+
+    if args.cut_hops is None:
+        if args.cut_splits is not None:
+            raise ConfigError("--cut-splits needs --cut-hops L (the hops of the cut)")
+        return None
+    return check_cut(args.cut_hops, args.cut_splits)
 
 
 def _check_source(args: argparse.Namespace) -> None:

@@ -49,7 +49,7 @@ from fullgraph.distributed.split_operator import SplitOperator
 from fullgraph.errors import PartitionError, mark_replicated
 from fullgraph.kernels import spmm
 from fullgraph.kernels.spmm import spmm_ordered_
-from fullgraph.partition.load import check_peer_counts
+from fullgraph.partition.load import check_peer_counts, whole_ids
 from fullgraph.precision import FLOAT32, Precision
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ class HaloPlan:
             buffer_bytes=int(buffer_bytes),
             compression=compression,
             precision=precision,
-            global_ids=torch.from_numpy(np.array(part.global_ids, dtype=np.int64)),
+            global_ids=torch.from_numpy(np.array(whole_ids(part), dtype=np.int64)),
         )
 
     @property

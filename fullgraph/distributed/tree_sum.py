@@ -156,16 +156,25 @@ class BlockLayout:
         block_rows: int64 [num_inner], local inner rows ordered by (block, global id).
         block_ptr: int64 [b + 1], block ``block_ids[k]``'s rows are
             ``block_rows[block_ptr[k]:block_ptr[k + 1]]``.
+        full_rows, positions: a receptive-field cut's blocks
+            (:mod:`~fullgraph.partition.receptive_cut`), else ``None``: every block's size in
+            the whole graph (int64 [b]) and every row's position there (int64 [num_inner], in
+            block order); :meth:`partials` then gives ``partial`` each block's rows at those
+            positions, zero rows where the cut dropped nodes: the whole graph's inputs where
+            those rows carry zero gradient, so the whole graph's bits.
     """
 
     num_blocks: int
     block_ids: np.ndarray
     block_rows: np.ndarray
     block_ptr: np.ndarray
+    full_rows: np.ndarray | None = None
+    positions: np.ndarray | None = None
     contiguous: bool = field(init=False)
     labels: list[Label] = field(init=False)
     _leaves: list[int] = field(init=False, repr=False)
     _spans: list[slice] = field(init=False, repr=False)
+    _pads: list[tuple[int, np.ndarray] | None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         ids = np.asarray(self.block_ids, dtype=np.int64)
@@ -189,6 +198,26 @@ class BlockLayout:
         object.__setattr__(self, "labels", stack_labels(self.num_blocks, ids))
         object.__setattr__(self, "_leaves", ids.tolist())
         object.__setattr__(self, "_spans", self.spans())
+        object.__setattr__(self, "_pads", self._cut_pads())
+
+    def _cut_pads(self) -> list[tuple[int, np.ndarray] | None]:
+        """Per block, ``(rows in the whole graph, positions of its rows)`` where the cut dropped
+        some, else ``None``; checked."""
+        if self.full_rows is None or self.positions is None:
+            return [None] * len(self.block_ids)
+        full = np.asarray(self.full_rows, dtype=np.int64)
+        pos = np.asarray(self.positions, dtype=np.int64)
+        if full.shape != self.block_ids.shape or pos.shape != self.block_rows.shape:
+            raise ValueError("full_rows needs one size a block and positions one a row")
+        pads: list[tuple[int, np.ndarray] | None] = []
+        for k, span in enumerate(self._spans):
+            p, n = pos[span], int(full[k])
+            if p.size and (p[0] < 0 or p[-1] >= n or np.any(np.diff(p) <= 0)):
+                raise ValueError(
+                    f"block {int(self.block_ids[k])}: positions must ascend in [0, {n})"
+                )
+            pads.append(None if p.size == n else (n, p))
+        return pads
 
     @classmethod
     def of_part(cls, part: object) -> BlockLayout | None:
@@ -197,7 +226,8 @@ class BlockLayout:
         num_blocks = getattr(part, "num_blocks", None)
         if num_blocks is None or getattr(part, "block_ids", None) is None:
             return None
-        return cls(int(num_blocks), part.block_ids, part.block_rows, part.block_ptr)
+        full, pos = getattr(part, "block_full", None), getattr(part, "block_pos", None)
+        return cls(int(num_blocks), part.block_ids, part.block_rows, part.block_ptr, full, pos)
 
     @property
     def num_rows(self) -> int:
@@ -231,20 +261,32 @@ class BlockLayout:
         ordered_rows = list(tensors) if ordered else [self.in_block_order(t) for t in tensors]
         stack = DyadicStack(self.num_blocks, in_place=True)
         # the layout's blocks ascend inside the graph: pushed without push's checks
-        merge, blocks = stack._merge, zip(self._leaves, self._spans, strict=True)
+        merge, blocks = stack._merge, zip(self._leaves, self._spans, self._pads, strict=True)
         if len(ordered_rows) == 1:  # the common cases without a generator per block
             (a,) = ordered_rows
-            for block, rows in blocks:
-                merge(0, block, partial(a[rows]))
-        elif len(ordered_rows) == 2:
-            a, b = ordered_rows
-            for block, rows in blocks:
-                merge(0, block, partial(a[rows], b[rows]))
+            for block, rows, pad in blocks:
+                merge(0, block, partial(a[rows] if pad is None else padded(a[rows], *pad)))
         else:
-            for block, rows in blocks:
-                merge(0, block, partial(*(t[rows] for t in ordered_rows)))
+            for block, rows, pad in blocks:
+                got = (t[rows] for t in ordered_rows)
+                merge(0, block, partial(*(got if pad is None else (padded(t, *pad) for t in got))))
         stack._end = int(self.block_ids[-1]) + 1 if len(self.block_ids) else 0
         return stack
+
+
+def padded(
+    t: torch.Tensor | sp.csr_matrix, rows: int, positions: np.ndarray
+) -> torch.Tensor | sp.csr_matrix:
+    """``t``'s rows at ``positions`` of ``rows`` rows, zero rows elsewhere (entries of a CSR
+    matrix kept in their order)."""
+    if isinstance(t, sp.csr_matrix):
+        counts = np.zeros(rows, dtype=np.int64)
+        counts[positions] = np.diff(t.indptr)
+        indptr = np.concatenate([[0], np.cumsum(counts)])
+        return sp.csr_matrix((t.data, t.indices, indptr), shape=(rows, t.shape[1]))
+    out = t.new_zeros((rows, *t.shape[1:]))
+    out[torch.from_numpy(positions).to(t.device)] = t
+    return out
 
 
 def row_sum(t: torch.Tensor) -> torch.Tensor:

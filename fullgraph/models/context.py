@@ -22,7 +22,7 @@ class GraphContext:
     Attributes:
         op: the split aggregation operator of the model.
         plan: the halo exchange plan.
-        global_ids: global id of every inner node, int64 [num_inner] (dropout streams).
+        global_ids: global id of every inner node, int64 [num_inner] (its output row).
         seed: the run's seed (dropout streams).
         first_aggregate: precomputed aggregation of the input features, or ``None``.
         sparse_x: the input features as a CSR matrix when they are sparse (the first layer
@@ -39,6 +39,9 @@ class GraphContext:
             BlockLayout`): the trainer then sums weight and bias gradients and the loss over
             them in one fixed tree, the same bits at any rank count; ``None`` for a partition
             written before blocks (sums in rank order, as before).
+        whole_ids: a receptive-field cut's ids of the inner nodes in the whole graph (int64
+            [num_inner]; :mod:`~fullgraph.partition.receptive_cut`), or ``None``: the global
+            ids. :attr:`stream_ids` keys the dropout streams with them.
     """
 
     op: SplitOperator
@@ -51,6 +54,12 @@ class GraphContext:
     local_global_ids: np.ndarray | None = None
     train_graphs: list[LayerGraph] | None = None
     blocks: BlockLayout | None = None
+    whole_ids: np.ndarray | None = None
+
+    @property
+    def stream_ids(self) -> np.ndarray:
+        """The ids that key every inner node's dropout stream: its id in the whole graph."""
+        return self.global_ids if self.whole_ids is None else self.whole_ids
 
     @property
     def precision(self) -> Precision:

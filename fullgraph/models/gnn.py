@@ -145,15 +145,15 @@ class GNN(nn.Module):
                         "the first aggregation is precomputed, so input dropout must be 0"
                     )
                 # SGC's and SIGN's hops: the input dropout drops the hops' values
-                precomputed = hashed_dropout(precomputed, ctx.global_ids, p, ctx.seed, epoch, 0)
+                precomputed = hashed_dropout(precomputed, ctx.stream_ids, p, ctx.seed, epoch, 0)
             rebuild = None
             if i == 0 and precomputed is None and ctx.sparse_x is not None:
                 h = _sparse_input(ctx, p if training else 0.0, epoch, x.shape[1])
             elif i == 0 and training and p > 0 and (layer.hop_input is None or len(self.residuals)):
-                h = hashed_dropout(h, ctx.global_ids, p, ctx.seed, epoch, i)
+                h = hashed_dropout(h, ctx.stream_ids, p, ctx.seed, epoch, i)
                 if not x.requires_grad:  # a constant: the layer may recompute it
                     rebuild = functools.partial(
-                        hashed_dropout, x, ctx.global_ids, p, ctx.seed, epoch, i
+                        hashed_dropout, x, ctx.stream_ids, p, ctx.seed, epoch, i
                     )
             out = layer(
                 h, ctx, precomputed, epoch=epoch, training=training, index=i, rebuild=rebuild
@@ -170,7 +170,7 @@ class GNN(nn.Module):
                         self.norms[i],
                         out,
                         ctx.plan.comm,
-                        global_ids=ctx.global_ids,
+                        global_ids=ctx.stream_ids,
                         p=self.dropout if training else 0.0,
                         seed=ctx.seed,
                         epoch=epoch,
@@ -190,7 +190,7 @@ class GNN(nn.Module):
                 alone = alone and self.layers[i + 1].fresh_input_grad
                 if training and self.dropout > 0:  # the next layer's dropout, fused
                     h = ReluDropout.apply(
-                        out, ctx.global_ids, self.dropout, ctx.seed, epoch, i + 1, alone
+                        out, ctx.stream_ids, self.dropout, ctx.seed, epoch, i + 1, alone
                     )
                 else:
                     h = torch.relu_(out) if alone else F.relu(out)
@@ -211,7 +211,7 @@ def _sparse_input(ctx: GraphContext, p: float, epoch: int, width: int) -> CSRMat
         sx.indptr.numpy(),
         sx.indices.numpy(),
         sx.values.numpy(),
-        ctx.global_ids,
+        ctx.stream_ids,
         width,
         p,
         ctx.seed,

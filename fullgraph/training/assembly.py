@@ -39,11 +39,13 @@ from fullgraph.models.gnn import precompute_first_aggregate, sparse_features
 from fullgraph.models.layers import LayerOptions, layer_class
 from fullgraph.models.local_graph import as_tensor, local_csr
 from fullgraph.partition import Partition
+from fullgraph.partition.load import whole_ids
 from fullgraph.precision import Precision
 from fullgraph.propagation.cache import HopCache
 from fullgraph.propagation.features import HopSpec, hop_features
 from fullgraph.propagation.operators import split_columns
 from fullgraph.training.config import TrainConfig, TrainData
+from fullgraph.training.cut_check import check_cut_training
 
 
 def part_tensors(part: Partition) -> dict[str, torch.Tensor]:
@@ -187,16 +189,18 @@ def rank_context(
             return a
         return a.with_values(a.values.to(dtype))
 
+    ids = whole_ids(part)  # a receptive-field cut's ids in the whole graph: the same streams
     ctx = GraphContext(
         op=SplitOperator(place(op.inner), place(op.halo)),
         plan=plan,
         global_ids=np.array(part.global_ids[: part.num_inner], dtype=np.int64),
         seed=seed,
         blocks=BlockLayout.of_part(part),
+        whole_ids=None if ids is part.global_ids else np.array(ids[: part.num_inner], np.int64),
     )
     if needs_structure(kind, options):
         ctx.structure = local_csr(part).to(device)
-        ctx.local_global_ids = np.asarray(part.global_ids, dtype=np.int64)
+        ctx.local_global_ids = np.asarray(ids, dtype=np.int64)
     return ctx
 
 
@@ -226,6 +230,7 @@ def assemble_rank(
         The :class:`RankGraph`.
     """
     device = torch.device(device)
+    agree(comm, lambda: check_cut_training(part.meta, config, "the partition"))
     options = config.layer_options()
     kind = config.layer_kind()
     check = kind.part_check(options)
