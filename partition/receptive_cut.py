@@ -350,7 +350,8 @@ def describe_cut(record: dict) -> str:
     edges = record["num_edges"] / max(1, record["whole_num_edges"])
     per_hop = ", ".join(f"{c:,}" for c in record["nodes_per_hop"])
     return (
-        f"receptive-field cut: {record['hops']} hops of {'/'.join(record['splits'])} "
+        f"receptive-field cut: {record['hops']} hop{'s' if record['hops'] != 1 else ''} of "
+        f"{'/'.join(record['splits'])} "
         f"({record['seeds']:,} nodes): {record['num_nodes']:,} of "
         f"{record['whole_num_nodes']:,} nodes ({share:.1%}; per hop {per_hop}; "
         f"{record['placeholders']} block placeholders), {record['num_edges']:,} of "

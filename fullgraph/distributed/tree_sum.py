@@ -211,7 +211,7 @@ class BlockLayout:
             raise ValueError("full_rows needs one size a block and positions one a row")
         pads: list[tuple[int, np.ndarray] | None] = []
         for k, span in enumerate(self._spans):
-            p, n = pos[span], int(full[k])
+            p, n = np.array(pos[span], dtype=np.int64), int(full[k])  # own, writable
             if p.size and (p[0] < 0 or p[-1] >= n or np.any(np.diff(p) <= 0)):
                 raise ValueError(
                     f"block {int(self.block_ids[k])}: positions must ascend in [0, {n})"
