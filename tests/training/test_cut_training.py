@@ -4,7 +4,9 @@ at P = 1 (in process) and P = 2 (mpi): losses and parameters ``torch.equal`` to 
 the whole graph. The control: the cut's block partials over its own rows (no zero rows where the
 cut dropped nodes) are not the whole graph's bits.
 
-Enters through :mod:`fullgraph.partition.receptive_cut`.
+The partition comes from ``fullgraph.partition.receptive_cut``.
+
+Enters through :mod:`fullgraph.training.trainer`.
 """
 
 from __future__ import annotations
