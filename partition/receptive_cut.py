@@ -177,6 +177,27 @@ def _kept_edges(graph: Graph, keep: np.ndarray, ids: np.ndarray) -> tuple[np.nda
     return out_ptr, out_idx, edge
 
 
+class Rows:
+    """Rows ``ids`` of an array, read when indexed (the cut's features: the whole graph's
+    stay memory-mapped, and the parts copy them a block of rows at a time, as they copy an
+    uncut graph's)."""
+
+    def __init__(self, base: np.ndarray, ids: np.ndarray) -> None:
+        self.base, self.ids = base, ids
+        self.shape = (int(ids.size), *base.shape[1:])
+        self.dtype = base.dtype
+        self.ndim = base.ndim
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: object) -> np.ndarray:
+        return np.asarray(self.base[self.ids[key]])
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        return np.asarray(self.base[self.ids], dtype=dtype)
+
+
 @dataclass
 class Cut:
     """What :func:`cut_graph` kept.
@@ -262,7 +283,7 @@ def cut_graph(graph: Graph, spec: CutSpec, blocks: NodeBlocks | None = None) -> 
         num_nodes=int(ids.size),
         indptr=indptr,
         indices=indices,
-        x=None if graph.x is None else np.asarray(graph.x[ids]),
+        x=None if graph.x is None else Rows(graph.x, ids),  # type: ignore[arg-type]
         y=np.asarray(graph.y[ids]),
         **{mask: _split_mask(graph, mask, ids, spec) for mask in CUT_SPLITS.values()},
         num_classes=graph.num_classes,
