@@ -11,15 +11,15 @@ after a barrier rank 0 writes ``predict.json`` and renames the directory into pl
 does not depend on the partition: any part count, or one process, predicts the same values.
 With ``--correct-smooth`` the logits go through Correct & Smooth
 (:mod:`fullgraph.propagation.correct_smooth`, exact at any part count) and the files hold the
-smoothed predictions and class scores. docs/predict.md describes the files.
+smoothed predictions and class scores. ``--nodes`` writes some nodes only (the labelled, some
+splits, a file's ids: :mod:`~fullgraph.training.node_selection`), the only choice on a
+receptive-field cut. docs/predict.md describes the files.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -28,6 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from fullgraph.atomic import Place, check_apart
 from fullgraph.commands.predict_link import check_link_request
+from fullgraph.commands.predict_record import (
+    PROBABILITIES_SMOOTHED,
+    check_visible,
+    command_line,
+    describe_smoothing,
+    writing_note,
+)
 from fullgraph.config import Config, check_path, option
 from fullgraph.errors import ConfigError
 from fullgraph.partition import PartitionDir
@@ -39,6 +46,7 @@ from fullgraph.run.options import RunOptions, RuntimeOptions, add_options
 from fullgraph.training.config import TrainData
 from fullgraph.training.inference import check_embeddings, check_widths, parse_layers
 from fullgraph.training.model_file import ModelFile
+from fullgraph.training.node_selection import NodeRequest, check_request, parse_nodes
 
 if TYPE_CHECKING:
     from fullgraph.memory.shapes import GraphShape
@@ -102,6 +110,15 @@ class PredictOptions(Config):
         "file of two node ids per line; writes scores.npy (logits) and probabilities.npy",
         metavar="FILE",
     )
+    nodes: str = option(
+        "all",
+        "which nodes' rows the files hold: all (in global id order), labelled (the train, val "
+        "and test nodes), splits (train,val: their nodes in ascending id) or a file of node ids "
+        "(.npy of ints [m], or one id per line: in its order); ids are the whole graph's (a "
+        "receptive-field cut's node_ids). Other than all: node_ids.npy names each row's node. "
+        "A partition cut by --cut-hops predicts its labelled nodes only",
+        metavar="SPEC",
+    )
     force: bool = option(
         False, "replace an existing --out (only a directory `fullgraph predict` wrote)"
     )
@@ -142,28 +159,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=PredictCommand.main)
 
 
-def _command_line(ranks: int, *configs: Config) -> str:
-    """The run's command line, canonical: the options that differ from their defaults."""
-    argv = ["fullgraph", "predict"]
-    for cfg in configs:
-        for f in dataclasses.fields(cfg):  # type: ignore[arg-type]
-            if not f.metadata.get("cli", True):
-                continue
-            value = getattr(cfg, f.name)
-            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-            if value == default:
-                continue
-            flag = "--" + f.name.replace("_", "-")
-            if isinstance(value, bool):
-                argv.append(flag)
-            elif isinstance(value, list):
-                argv += [flag, ",".join(str(v) for v in value)]
-            else:
-                argv += [flag, str(value)]
-    line = shlex.join(argv)
-    return f"mpirun -n {ranks} {line}" if ranks > 1 else line
-
-
 class PredictCommand(Command):
     """``fullgraph predict`` on this rank.
 
@@ -186,6 +181,7 @@ class PredictCommand(Command):
         self.parts: PartitionDir | None = None
         self.model_file: ModelFile | None = None
         self.precision = FLOAT32  # resolved in check(): --precision, else the model's
+        self.nodes = NodeRequest()  # --nodes, read in check()
 
     def check(self) -> None:
         """The rank count against the part count; the output apart from the inputs; the model
@@ -221,7 +217,11 @@ class PredictCommand(Command):
         model_precision = "bf16-mixed" if bf16 else "32"
         self.precision = self.resolve_precision(opts.precision or model_precision)
         check_embeddings(opts.embeddings, mf.config.layers)
-        if mf.config.task == "link" or opts.pairs:
+        self.nodes = nodes = parse_nodes(opts.nodes)
+        link = mf.config.task == "link" or bool(opts.pairs)
+        meta = self.parts.meta if self.parts is not None else None
+        check_request(nodes, meta, self._named(), link)
+        if link:
             check_link_request(mf, opts.pairs, opts.embeddings, opts.logits, self.cs.correct_smooth)
             if self.parts is not None and int(self.parts.meta["num_features"]) != mf.num_features:
                 check_widths(mf, int(self.parts.meta["num_features"]), mf.num_classes, "--parts")
@@ -264,7 +264,13 @@ class PredictCommand(Command):
         from fullgraph.atomic import atomic_dir, atomic_write_json, check_output
         from fullgraph.memory.model import GraphShape
         from fullgraph.resources import peak_rss_mb
+        from fullgraph.run.prediction_dir import NODE_IDS
         from fullgraph.training.inference import PREDICTION, Predictor, create_files
+        from fullgraph.training.node_selection import (
+            select_rows,
+            selection_record,
+            write_node_ids,
+        )
         from fullgraph.watchdog import phase
 
         comm, opts, mf = job.comm, self.options, self.model_file
@@ -293,6 +299,8 @@ class PredictCommand(Command):
             )
         with phase("part loading"):
             part = job.agree(lambda: self.data.load_part(self.parts, comm.rank, mf.config.seed))
+        with phase("node selection"):  # --nodes: this rank's output rows (a collective)
+            selected = select_rows(self.nodes, part, comm, self._named())
         if mf.config.edge_weight:
             from fullgraph.training.assembly import check_edge_weights
 
@@ -312,7 +320,9 @@ class PredictCommand(Command):
             quiet=opts.quiet,
         )
         with phase("model set-up"):
-            predictor = Predictor(part, comm, mf, job.device, self.precision, hop_cache=hop_cache)
+            predictor = Predictor(
+                part, comm, mf, job.device, self.precision, hop_cache=hop_cache, rows=selected
+            )
         smoother = None
         params = self.cs.correct_smooth_params()
         if params is not None:
@@ -325,18 +335,21 @@ class PredictCommand(Command):
                 )
         del part  # the predictor holds what it runs on
         files = predictor.files(opts.embeddings, opts.logits)
+        if selected is not None:
+            files[NODE_IDS] = ((selected.count,), "int64")
         quiet = opts.quiet
         cfg = mf.config
         if first and not quiet:
             print(
                 f"fullgraph predict: {mf.path} (model {cfg.model} L={cfg.layers} "
                 f"H={cfg.hidden}, sha256 {mf.sha256[:12]}) over {predictor.num_nodes} nodes of "
-                f"{self.data.label}, {comm.size} rank(s), transport {comm.transport}, "
+                f"{self.data.label}{writing_note(selected, opts.nodes)}, {comm.size} rank(s), "
+                f"transport {comm.transport}, "
                 f"{job.threads} thread(s)/rank",
                 flush=True,
             )
             if params is not None:
-                print(f"correct & smooth: {_describe(params.to_dict())}", flush=True)
+                print(f"correct & smooth: {describe_smoothing(params.to_dict())}", flush=True)
             elif cfg.correct_smooth:
                 print(
                     f"fullgraph predict: note: {mf.path} was picked by its Correct & Smooth "
@@ -362,10 +375,12 @@ class PredictCommand(Command):
                     atomic_dir(out, force=opts.force, ours=PREDICTION, option="--out")
                 )
                 create_files(tmp, files, out)
+                if selected is not None and selected.node_ids is not None:
+                    write_node_ids(tmp / NODE_IDS, selected.node_ids)
                 return str(tmp)
 
             where = Path(comm.allgather_object(job.agree(begin))[0])
-            job.agree(lambda: _check_visible(where, out))
+            job.agree(lambda: check_visible(where, out))
             t0 = time.perf_counter()
             result = predictor.run(where, opts.embeddings, opts.logits, progress, smoother)
             if smoother is not None and first and not quiet:
@@ -383,6 +398,8 @@ class PredictCommand(Command):
             }
             ranks = comm.allgather_object(mine)  # also the barrier: every rank's rows are synced
             record = self._record(job, predictor, files, result["summary"], ranks)
+            meta = self.parts.meta if self.parts is not None else None
+            record["nodes"] = selection_record(self.nodes, selected, predictor.num_nodes, meta)
             if smoother is not None:
                 record["correct_smooth"] = {
                     **smoother.params.to_dict(),
@@ -399,7 +416,7 @@ class PredictCommand(Command):
                 summary = f"after Correct & Smooth: {summary}; the model alone: {base}"
             peak = max(r["peak_rss_mb"] for r in ranks)
             print(
-                f"predicted {predictor.num_nodes} nodes in {record['seconds']:.2f} s ({summary}); "
+                f"predicted {predictor.num_rows} nodes in {record['seconds']:.2f} s ({summary}); "
                 f"peak RSS {peak:.0f} MiB (largest rank); written to {out}",
                 flush=True,
             )
@@ -446,7 +463,7 @@ class PredictCommand(Command):
                 "synthetic": data.synthetic,
                 "num_nodes": num_nodes,
             },
-            "command": _command_line(size, data, opts, self.cs, self.runtime),
+            "command": command_line(size, data, opts, self.cs, self.runtime),
             "ranks": size,
             "transport": job.comm.transport,
             "device": job.device,
@@ -465,32 +482,3 @@ class PredictCommand(Command):
             "write_s": max(r["write_s"] for r in ranks),
             "peak_rss_mb": [round(r["peak_rss_mb"], 1) for r in ranks],
         }
-
-
-#: What ``probabilities.npy`` holds under ``--correct-smooth`` (``predict.json`` says it).
-PROBABILITIES_SMOOTHED = (
-    "Correct & Smooth's class scores in [0, 1] (rows need not sum to 1; predictions.npy is "
-    "their argmax), not the model's softmax"
-)
-
-
-def _describe(params: dict[str, Any]) -> str:
-    """C&S's parameters in one line (``correction 50 steps, alpha 1, scale 20; ...``)."""
-    scale = params["scale"]
-    scale = scale if isinstance(scale, str) else f"{scale:g}"
-    return (
-        f"correction {params['correction_layers']} steps, alpha {params['correction_alpha']:g}, "
-        f"scale {scale}; smoothing {params['smoothing_layers']} steps, alpha "
-        f"{params['smoothing_alpha']:g}; the predictions and probabilities.npy are the "
-        f"smoothed ones"
-    )
-
-
-def _check_visible(directory: Path, out: Path) -> None:
-    """Every rank writes into ``directory``: refuse a rank that does not see it."""
-    if not directory.is_dir():
-        raise ConfigError(
-            f"--out {out}: this rank does not see {directory.parent}, where rank 0 writes; "
-            f"every rank writes its rows there, so give a directory on a file system all ranks "
-            f"share"
-        )

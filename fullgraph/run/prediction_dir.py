@@ -18,6 +18,8 @@ PROBABILITIES = "probabilities.npy"
 LOGITS = "logits.npy"
 #: A link model's pair scores (its probabilities are ``probabilities.npy``).
 SCORES = "scores.npy"
+#: ``--nodes``' selection: the node of every row of the other files.
+NODE_IDS = "node_ids.npy"
 _EMBEDDINGS = re.compile(r"embeddings-([1-9][0-9]*)\.npy")
 #: The most bytes of one output file a rank maps at a time while it writes its rows.
 WRITE_WINDOW_BYTES = 16 << 20
@@ -34,15 +36,14 @@ def _not_a_prediction(path: Path) -> str | None:
 
     Ours: a ``predict.json`` of :data:`FORMAT` and, beside it, only the output files
     (``predictions.npy``, ``probabilities.npy``, ``logits.npy``, ``scores.npy``,
-    ``embeddings-<k>.npy``), each a
-    plain file.
+    ``node_ids.npy``, ``embeddings-<k>.npy``), each a plain file.
     """
     if not path.is_dir():
         return "it is a file" if path.is_file() else "it is not a directory"
     marker = read_marker(path / SUMMARY)
     ours = isinstance(marker, dict) and marker.get("format") == FORMAT
     entries = sorted(path.iterdir())
-    names = {SUMMARY, PREDICTIONS, PROBABILITIES, LOGITS, SCORES}
+    names = {SUMMARY, PREDICTIONS, PROBABILITIES, LOGITS, SCORES, NODE_IDS}
     unexpected = [
         e
         for e in entries

@@ -13,7 +13,11 @@ directory of the output, then every rank writes its own rows at their global ids
 (:class:`RowWriter`), a window of the file at a time, so that a rank never maps more than
 :data:`WRITE_WINDOW_BYTES` of a file and no rank holds another's rows.
 
-Files (:func:`output_files`):
+``--nodes`` (:mod:`~fullgraph.training.node_selection`) writes some nodes only: the files
+then hold ``m`` rows, every rank writing its selected rows at their positions in the selection
+(the others skipped), and ``node_ids.npy`` says which node each row is.
+
+Files (:func:`output_files`; ``N`` is ``m`` under ``--nodes``):
 
 - ``predictions.npy``: int64 ``[N]``, the class of every node (the argmax of its logits);
 - ``probabilities.npy``: float32 ``[N, C]``, the softmax of the logits, or ``logits.npy``
@@ -59,6 +63,7 @@ from fullgraph.run.prediction_dir import (  # noqa: F401  (the format, re-export
 from fullgraph.training.assembly import assemble_rank
 from fullgraph.training.config import TrainConfig
 from fullgraph.training.model_file import ModelFile
+from fullgraph.training.node_selection import NodeRows
 
 
 def parse_layers(text: str) -> list[int]:
@@ -232,20 +237,23 @@ def sync_files(paths: Sequence[Path]) -> None:
 
 
 class RowWriter:
-    """Writes this rank's rows into output files at their global ids.
+    """Writes this rank's rows into output files at their output rows.
 
-    The rows are written in ascending global id, one window of the file
-    (:data:`WRITE_WINDOW_BYTES`) mapped at a time and unmapped before the next, so the mapped
-    pages never add more than a window to the rank's resident memory.
+    Every row of this rank goes to its output row (its global id when every node is written;
+    its position in ``--nodes``' selection otherwise, :mod:`~fullgraph.training.
+    node_selection`), or nowhere (-1). The rows are written in ascending output row, one window
+    of the file (:data:`WRITE_WINDOW_BYTES`) mapped at a time and unmapped before the next, so
+    the mapped pages never add more than a window to the rank's resident memory.
 
     Args:
-        global_ids: int64 [num_inner], the global id of every row of this rank.
-        num_nodes: ``N``; every id must lie in ``[0, N)``.
+        global_ids: int64 [num_inner], the output row of every row of this rank, or -1: the
+            row is not written.
+        num_nodes: ``N``, the rows of the files; every output row must lie in ``[0, N)``.
         device: where the rows come from.
         window_bytes: the most bytes of a file mapped at a time.
 
     Raises:
-        DataError: an id out of range.
+        DataError: an output row out of range.
     """
 
     def __init__(
@@ -256,9 +264,14 @@ class RowWriter:
         window_bytes: int = WRITE_WINDOW_BYTES,
     ) -> None:
         gids = np.asarray(global_ids, dtype=np.int64)
-        if gids.size and (int(gids.min()) < 0 or int(gids.max()) >= num_nodes):
+        if gids.size and (int(gids.min()) < -1 or int(gids.max()) >= num_nodes):
             raise DataError(f"a global node id lies outside [0, {num_nodes}): not this graph's")
-        order = np.argsort(gids, kind="stable")
+        if gids.size and int(gids.min()) < 0:  # a selection: only the rows written, in order
+            kept = np.flatnonzero(gids >= 0)
+            order = kept[np.argsort(gids[kept], kind="stable")]
+            del kept
+        else:
+            order = np.argsort(gids, kind="stable")
         self.ids = gids[order]
         self.order = torch.from_numpy(order).to(device)
         self.window = max(1, int(window_bytes))
@@ -332,11 +345,14 @@ class Predictor:
         precision: the resolved policy, or ``None``: the model's.
         hop_cache: where SGC's and SIGN's precomputed hops are kept (``fullgraph predict``'s:
             the partition's); ``None``: computed, nothing kept.
+        rows: ``--nodes``' output rows of this rank (:func:`~fullgraph.training.
+            node_selection.select_rows`), or ``None``: every node, at its global id.
 
     Attributes:
         model: the trained :class:`~fullgraph.models.gnn.GNN`, in evaluation mode.
         data: ``x``, ``y`` and the ``train``/``val``/``test`` masks of this rank's rows.
-        num_nodes: ``N``, the whole graph's nodes (the sum of every rank's rows).
+        num_nodes: ``N``, the graph's nodes (the sum of every rank's rows).
+        num_rows: the rows of every output file: ``N``, or the selection's ``m``.
     """
 
     def __init__(
@@ -347,6 +363,7 @@ class Predictor:
         device: torch.device | str = "cpu",
         precision: Precision | None = None,
         hop_cache: HopCache | None = None,
+        rows: NodeRows | None = None,
     ) -> None:
         self.comm, self.device, self.file = comm, torch.device(device), model
         config = inference_config(model.config)
@@ -357,9 +374,17 @@ class Predictor:
         self.model = model.build().to(self.device)
         #: the summary's metric (:func:`model_metric`)
         self.metric = model_metric(model, part.meta.get("dataset"), int(part.num_classes))
-        rows = torch.tensor([float(part.num_inner)], dtype=torch.float64)
-        self.num_nodes = int(comm.allreduce_(rows, "sum", tag="setup")[0])
-        self.writer = RowWriter(self.ctx.global_ids, self.num_nodes, self.device)
+        #: a receptive-field cut's dropped splits: their masks are empty, left out of the summary
+        self.dropped = tuple((part.meta.get("cut") or {}).get("dropped_splits", ()))
+        inner = torch.tensor([float(part.num_inner)], dtype=torch.float64)
+        self.num_nodes = int(comm.allreduce_(inner, "sum", tag="setup")[0])
+        self.num_rows = self.num_nodes if rows is None else rows.count
+        out = self.ctx.global_ids if rows is None else rows.rows
+        self.writer = RowWriter(out, self.num_rows, self.device)
+
+    def _kept(self, summary: dict[str, float]) -> dict[str, float]:
+        """``summary`` without a cut's dropped splits (``val_acc`` of a cut to train)."""
+        return {k: v for k, v in summary.items() if k.split("_", 1)[0] not in self.dropped}
 
     @property
     def num_layers(self) -> int:
@@ -367,8 +392,8 @@ class Predictor:
         return self.model.num_layers
 
     def files(self, embeddings: Sequence[int], logits: bool) -> dict[str, Any]:
-        """:func:`output_files` of this model and graph."""
-        return output_files(self.num_nodes, self.model.dims, embeddings, logits)
+        """:func:`output_files` of this model and graph (``num_rows`` rows each)."""
+        return output_files(self.num_rows, self.model.dims, embeddings, logits)
 
     @torch.no_grad()
     def run(
@@ -424,7 +449,7 @@ class Predictor:
             self.writer.write(directory / PROBABILITIES, out, lambda z: torch.softmax(z, dim=1))
         sync_files(self.writer.written)
         write_s = time.perf_counter() - t0
-        summary = split_metrics(out, self.data["y"], self.data, self.comm, self.metric)
+        summary = self._kept(split_metrics(out, self.data["y"], self.data, self.comm, self.metric))
         result = {"layer_seconds": seconds, "write_s": write_s, "summary": summary}
         if scores is not None:
             from fullgraph.propagation.correct_smooth import smoothed_metrics
