@@ -121,9 +121,10 @@ def main() -> None:
             bandwidth=a.bandwidth * 1e9,
             halo=not a.no_halo_probe,
         )
-        ranks = project(graph, cfg, floor, costs)
+        ranks = project(graph, cfg, floor, costs, a.ranks)  # the ranks share this machine
         log = root / f"{parts.name}.jsonl"
         log.unlink(missing_ok=True)
+        log.with_suffix(".model.pt").unlink(missing_ok=True)  # the run's model file beside it
         train = [*model, "--epochs", str(a.epochs), "--eval-every", "1000", "--log-json", str(log)]
         peaks = measure(parts, a.ranks, train, big=True)
         recs = epochs_of(log)
@@ -139,7 +140,8 @@ def main() -> None:
         line = (
             f"{parts.name:22s} n/rank {max(p.num_inner for p in graph.parts):7d} e/rank "
             f"{max(p.num_edges for p in graph.parts):9d}  costs {costs.edge_s * 1e9:.1f} ns/edge "
-            f"{costs.row_s * 1e6:.2f} us/row {costs.halo_row_s * 1e6:.2f} us/halo row  floor "
+            f"{costs.row_s * 1e6:.2f} us/row {costs.halo_row_s * 1e6:.2f} us/halo row "
+            f"x{costs.shared:.2f}  floor "
             f"{floor / 2**20:.0f} MiB  load {load:.2f} -> "
             f"{os.getloadavg()[0]:.2f}"
         )

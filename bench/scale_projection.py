@@ -74,7 +74,7 @@ def main() -> None:
         "compute s  halo s  epoch s"
     )
     for m in (int(t) for t in a.machines.split(",")):
-        r = project(described_shape(size, m * k, halo), cfg, floor, costs)[0]
+        r = project(described_shape(size, m * k, halo), cfg, floor, costs, k)[0]
         sar = SAR_GB.get(m)
         print(
             f"{m:8d}  {r.part.num_inner:9d}  {r.part.num_halo:9d}  {r.memory.total / 1e9:7.1f}  "

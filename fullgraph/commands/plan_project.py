@@ -250,11 +250,11 @@ def run_project(args: argparse.Namespace) -> int:
     print(
         f"model {cfg.model} L={cfg.layers} H={cfg.hidden}; floor {floor / MIB:.0f} MiB; costs "
         f"{costs.edge_s * 1e9:.2f} ns an edge, {costs.row_s * 1e6:.2f} us a row, "
-        f"{costs.halo_row_s * 1e6:.2f} us a halo row "
+        f"{costs.halo_row_s * 1e6:.2f} us a halo row, x{costs.shared:.2f} sharing a machine "
         f"({costs.source}); {costs.bandwidth / 1e9:g} GB/s a rank; {k} rank(s) a machine"
     )
     if opts.parts is not None:
-        _print_ranks(project(first, cfg, floor, costs), k)
+        _print_ranks(project(first, cfg, floor, costs, k), k)
         return 0
     head = (
         "machines  ranks  rows/rank  halo/rank  GB/rank  GB/machine  halo rows/step  "
@@ -262,7 +262,7 @@ def run_project(args: argparse.Namespace) -> int:
     )
     print(head)
     for m, graph in zip(opts.machines, shapes, strict=True):
-        r = project(graph, cfg, floor, costs)[0]
+        r = project(graph, cfg, floor, costs, k)[0]
         print(
             f"{m:8d}  {m * k:5d}  {r.part.num_inner:9d}  {r.part.num_halo:9d}  "
             f"{_gb(r.memory.total):>7s}  {_gb(k * r.memory.total):>10s}  {r.halo_rows:14d}  "

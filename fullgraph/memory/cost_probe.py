@@ -7,12 +7,16 @@ part's sizes, for the run's own model, by timing the real trainer:
   rows that differ only in their in-degree (:func:`_probe_part`); the step time difference over
   the edge difference is the per-edge cost, what is left of the sparser graph's step per row
   the per-row cost;
-- **per halo row** (with ``halo=True``): ``mpirun -n 2 fullgraph train`` on a random graph cut
-  into two contiguous halves (each rank's halo about its own rows), whose slowest rank's compute
-  (the step less its halo wait and reduction, as the run logs it) less its edges' and rows'
-  costs, over the rows it sends and receives, is the cost of a halo row: the rows packed and
-  unpacked, the products of the rows returned in the backward pass. It needs ``mpirun`` and two
-  ranks' threads of cores.
+- **per halo row** (with ``halo=True``): ``mpirun -n 2 fullgraph train`` twice on random
+  graphs cut into two contiguous halves, the same sizes, once with every edge inside its half
+  (no halo) and once with the sources drawn from the whole graph (each rank's halo about its
+  own rows). The slowest rank's compute (the step less its halo wait and reduction, as the run
+  logs it) with the halo less without it, over the rows it sends and receives, is the cost of
+  a halo row: the rows packed and unpacked, the products of the rows returned in the backward
+  pass. The run without a halo against the one-process costs of its part is the **sharing
+  factor**: how much slower a rank computes while another rank runs on the same machine
+  (memory bandwidth, the shared cache), which the projection applies to machines of several
+  ranks. It needs ``mpirun`` and two ranks' threads of cores.
 
 Every time is the fastest of a few steps after a warm-up (on a shared machine, the least
 disturbed one).
@@ -53,17 +57,28 @@ def probe_rows(graph: GraphShape) -> int:
     return max(64, min(PROBE_ROWS, max(p.num_inner for p in graph.parts)))
 
 
-def _probe_graph(rows: int, degree: int, features: int, classes: int, train: float) -> Graph:
-    """``rows`` rows of ``degree`` uniformly random in-edges each (no self-loops)."""
+def _probe_graph(
+    rows: int, degree: int, features: int, classes: int, train: float, halves: bool = False
+) -> Graph:
+    """``rows`` rows of ``degree`` uniformly random in-edges each (no self-loops); with
+    ``halves`` every row's sources lie in its own half of the rows."""
     import numpy as np
 
     from fullgraph.datasets.graph import Graph
 
     rng = np.random.default_rng(degree)
-    cols = np.sort(rng.integers(0, rows, (rows, degree)), axis=1)
-    own = np.broadcast_to(np.arange(rows)[:, None], cols.shape)
-    loops = cols == own
-    cols[loops] = (own[loops] + 1) % rows
+    own = np.broadcast_to(np.arange(rows)[:, None], (rows, degree))
+    if halves:
+        half = rows // 2
+        start = np.where(own >= half, half, 0)
+        size = np.where(own >= half, rows - half, half)
+        cols = start + rng.integers(0, 2**62, (rows, degree)) % size
+        loops = cols == own
+        cols[loops] = start[loops] + (own[loops] - start[loops] + 1) % size[loops]
+    else:
+        cols = rng.integers(0, rows, (rows, degree))
+        loops = cols == own
+        cols[loops] = (own[loops] + 1) % rows
     cols.sort(axis=1)
     train_mask = rng.random(rows) < train
     return Graph(
@@ -86,6 +101,10 @@ def _probe_part(rows: int, degree: int, features: int, classes: int, train: floa
 
     return whole_graph_part(_probe_graph(rows, degree, features, classes, train))
 
+
+#: In-degree of the halo probe's graphs: with the halves joined, about every row of the other
+#: half is a source (a halo as large as the part).
+HALO_DEGREE = 8
 
 #: A gentle learning rate, as the floor probe's: the steps only time the model.
 _GENTLE = {"lr": 1e-3, "lr_warmup": 0}
@@ -134,19 +153,14 @@ def _mpirun() -> str:
     return found
 
 
-def _halo_row_seconds(
-    cfg: TrainConfig, features: int, classes: int, edge_s: float, row_s: float, *,
-    threads: int, rows: int, steps: int, train: float,
-) -> tuple[float, str]:  # fmt: skip
-    """The halo row's cost from a two-rank run (module docstring), and what was measured."""
+def _two_ranks(cfg: TrainConfig, graph: Graph, threads: int, steps: int) -> tuple[float, dict]:
+    """The fastest step's compute of the slowest rank of ``mpirun -n 2 fullgraph train`` on
+    ``graph`` cut into contiguous halves, and that rank's sizes."""
     from fullgraph.partition import partition_graph
 
-    degree = 8  # about every row of the other half reached: a halo as large as the part
     with tempfile.TemporaryDirectory(prefix="fullgraph-halo-probe-") as tmp:
         parts, log = Path(tmp) / "parts", Path(tmp) / "log.jsonl"
-        graph = _probe_graph(2 * rows, degree, features, classes, train)
         meta = partition_graph(graph, 2, parts, method="contiguous")
-        del graph
         cmd = [_mpirun(), "-n", "2", sys.executable, "-m", "fullgraph.cli", "train"]
         cmd += ["--parts", str(parts), *_train_argv(cfg), "--epochs", str(steps + 1)]
         cmd += ["--eval-every", str(steps + 10), "--threads", str(threads), "--quiet"]
@@ -156,15 +170,32 @@ def _halo_row_seconds(
             tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
             raise ConfigError(f"the halo probe's two-rank run failed: {tail}")
         records = [json.loads(line) for line in log.read_text().splitlines()]
-    steps_run = [r for r in records if "epoch_s" in r][1:]
+    steps_run = [r for r in records if "epoch_s" in r][1:]  # after the warm-up
     best = min(steps_run, key=lambda r: r["slowest_compute_s"])
-    rank = meta["parts"][best["slowest_rank"]]
-    known = edge_s * rank["num_edges"] + row_s * rank["num_inner"]
+    return best["slowest_compute_s"], meta["parts"][best["slowest_rank"]]
+
+
+def _halo_row_seconds(
+    cfg: TrainConfig, features: int, classes: int, edge_s: float, row_s: float, *,
+    threads: int, rows: int, steps: int, train: float,
+) -> tuple[float, float, str]:  # fmt: skip
+    """The halo row's cost and the sharing factor from two two-rank runs (module docstring),
+    and what was measured."""
+    apart = _probe_graph(2 * rows, HALO_DEGREE, features, classes, train, halves=True)
+    alone, own = _two_ranks(cfg, apart, threads, steps)
+    del apart
+    joined = _probe_graph(2 * rows, HALO_DEGREE, features, classes, train)
+    together, rank = _two_ranks(cfg, joined, threads, steps)
+    shared = alone / max(edge_s * own["num_edges"] + row_s * own["num_inner"], 1e-12)
     exchanged = rank["num_send"] + rank["num_halo"]
-    halo_row_s = max(0.0, (best["slowest_compute_s"] - known) / max(exchanged, 1))
-    return halo_row_s, (
-        f"2 ranks x {rows} rows, {exchanged} halo rows sent + received: compute "
-        f"{best['slowest_compute_s']:.3f} s"
+    halo_row_s = max(0.0, (together - alone) / max(exchanged, 1))
+    return (
+        halo_row_s,
+        shared,
+        (
+            f"2 ranks x {rows} rows: compute {alone:.3f} s apart, {together:.3f} s with "
+            f"{exchanged} halo rows sent + received"
+        ),
     )
 
 
@@ -220,11 +251,11 @@ def probe_costs(
         f"measured: fastest of {steps} step(s) on {rows} rows x in-degree {lo} and {hi}, "
         f"{threads} thread(s): {seconds[0]:.3f} s and {seconds[1]:.3f} s"
     )
-    halo_row_s = 0.0
+    halo_row_s, shared = 0.0, 1.0
     if halo:
-        halo_row_s, said = _halo_row_seconds(
+        halo_row_s, shared, said = _halo_row_seconds(
             cfg, num_features, num_classes, edge_s, row_s,
             threads=threads, rows=rows, steps=steps, train=train_share,
         )  # fmt: skip
-        source += f"; halo rows: {said}"
-    return Costs(edge_s, row_s, bandwidth, threads, source, halo_row_s)
+        source += f"; {said}"
+    return Costs(edge_s, row_s, bandwidth, threads, source, halo_row_s, shared)

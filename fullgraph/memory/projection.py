@@ -12,7 +12,8 @@ halo of ``h = min(rho(P) n, N - n)`` rows received (and as many sent), ``rho(P) 
 - **halo traffic**: every exchange of one training step as the same replay makes it (its
   width, rows sent and received, bytes a value or a compressed record): no second copy of the
   layers' exchange rules here (:func:`step_exchanges`);
-- **epoch time**: ``edge_s e + row_s n + halo_row_s (S + h)`` of compute, with the costs of
+- **epoch time**: ``f (edge_s e + row_s n) + halo_row_s (S + h)`` of compute (``f``: the
+  measured slow-down of a rank sharing its machine, on machines of several ranks), with the costs of
   *this* model measured by :func:`~fullgraph.memory.cost_probe.probe_costs` (training steps of
   the real trainer on random graphs) or given, plus the bytes the rank sends (halo rows and
   the gradient all-reduce) at ``bandwidth``; the epoch is the slowest rank's. The exchange is
@@ -224,6 +225,9 @@ class Costs:
     #: seconds of a training step per halo row sent or received (packing, the products of
     #: the rows returned in the backward pass); 0: not measured
     halo_row_s: float = 0.0
+    #: compute of a rank sharing its machine with another rank / alone (measured with two
+    #: ranks; applied to machines of several ranks)
+    shared: float = 1.0
 
     def check(self) -> None:
         """Refuse costs no machine has (one line)."""
@@ -231,6 +235,8 @@ class Costs:
             raise ConfigError("per-edge and per-row costs must be >= 0, not both 0")
         if self.bandwidth <= 0:
             raise ConfigError("the bandwidth must be > 0")
+        if self.shared <= 0:
+            raise ConfigError("the sharing factor must be > 0")
 
 
 @dataclass(frozen=True)
@@ -241,7 +247,8 @@ class RankProjection:
         part: its sizes.
         memory: its predicted peak (:class:`~fullgraph.memory.model.Prediction`).
         exchanges: the exchanges of one training step (:func:`step_exchanges`).
-        compute_s: ``edge_s e + row_s n + halo_row_s (S + h)``.
+        compute_s: ``f (edge_s e + row_s n) + halo_row_s (S + h)``, ``f`` the sharing
+            factor on a machine of several ranks (else 1).
         send_s: the bytes it sends a step (halo and the gradient all-reduce) at the bandwidth.
     """
 
@@ -284,14 +291,18 @@ def _alike(graph: GraphShape) -> bool:
     )
 
 
-def project(graph: GraphShape, cfg: TrainConfig, floor: int, costs: Costs) -> list[RankProjection]:
+def project(
+    graph: GraphShape, cfg: TrainConfig, floor: int, costs: Costs, ranks_per_machine: int = 1
+) -> list[RankProjection]:
     """Every rank's memory, halo traffic and step time (module docstring).
 
     Args:
         graph: the partition's sizes (described, or of a ``meta.json``).
         cfg: the run's configuration (:func:`~fullgraph.memory.model.check_modelled`).
         floor: the process floor, bytes.
-        costs: the per-edge and per-row costs and the bandwidth.
+        costs: the per-edge, per-row and per-halo-row costs and the bandwidth.
+        ranks_per_machine: ranks sharing a machine (above 1, the edges' and rows' costs are
+            multiplied by ``costs.shared``).
     """
     from fullgraph.memory.replay import parameter_count
 
@@ -306,6 +317,7 @@ def project(graph: GraphShape, cfg: TrainConfig, floor: int, costs: Costs) -> li
         memory = predict_rank(part, graph, cfg, floor)
         exchanges = tuple(step_exchanges(part, graph, cfg))
         compute = costs.edge_s * part.num_edges + costs.row_s * part.num_inner
+        compute *= costs.shared if ranks_per_machine > 1 else 1.0
         compute += costs.halo_row_s * (part.num_send + part.num_halo)
         sent = sum(x.bytes_sent for x in exchanges) + reduce_bytes
         out.append(RankProjection(part, memory, exchanges, compute, sent / costs.bandwidth))

@@ -34,7 +34,7 @@ def test_probe_measures_the_trainer() -> None:
 def test_halo_probe_runs_two_ranks_of_the_model() -> None:
     with one_thread():
         costs = probe_costs(SAGE, 16, 5, rows=512, degrees=(2, 16), steps=1, halo=True)
-    assert costs.halo_row_s >= 0 and "2 ranks x 512 rows" in costs.source
+    assert costs.halo_row_s >= 0 and costs.shared > 0 and "2 ranks x 512 rows" in costs.source
 
 
 def test_the_runs_options_give_the_model() -> None:

@@ -74,6 +74,10 @@ def test_step_time_is_the_costs_times_the_sizes() -> None:
     reduce_bytes = 2 * 4 * parameter_count(SAGE, 16, 5) * 3 // 4
     assert r.send_s == pytest.approx((r.halo_bytes + reduce_bytes) / 1e9)
     assert r.epoch_s == pytest.approx(r.compute_s + r.send_s)
+    shared = Costs(2e-9, 3e-7, 1e9, halo_row_s=5e-8, shared=1.5)
+    two = project(graph, SAGE, 0, shared, ranks_per_machine=2)[0]
+    assert two.compute_s == pytest.approx(1.5 * (r.compute_s - halo) + halo)
+    assert project(graph, SAGE, 0, shared)[0].compute_s == pytest.approx(r.compute_s)
 
 
 def test_exchanges_are_the_layers_widths() -> None:
