@@ -323,6 +323,8 @@ class PredictCommand(Command):
             predictor = Predictor(
                 part, comm, mf, job.device, self.precision, hop_cache=hop_cache, rows=selected
             )
+        if selected is not None:  # the writer holds its row order
+            selected.rows = selected.rows[:0]
         smoother = None
         params = self.cs.correct_smooth_params()
         if params is not None:
@@ -377,6 +379,7 @@ class PredictCommand(Command):
                 create_files(tmp, files, out)
                 if selected is not None and selected.node_ids is not None:
                     write_node_ids(tmp / NODE_IDS, selected.node_ids)
+                    selected.node_ids = None
                 return str(tmp)
 
             where = Path(comm.allgather_object(job.agree(begin))[0])
