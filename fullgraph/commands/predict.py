@@ -217,12 +217,10 @@ class PredictCommand(Command):
         model_precision = "bf16-mixed" if bf16 else "32"
         self.precision = self.resolve_precision(opts.precision or model_precision)
         check_embeddings(opts.embeddings, mf.config.layers)
-        self.nodes = nodes = parse_nodes(opts.nodes)
-        link = mf.config.task == "link" or bool(opts.pairs)
-        meta = self.parts.meta if self.parts is not None else None
-        check_request(nodes, meta, self._named(), link)
-        if link:
+        self.nodes = parse_nodes(opts.nodes)
+        if mf.config.task == "link" or opts.pairs:
             check_link_request(mf, opts.pairs, opts.embeddings, opts.logits, self.cs.correct_smooth)
+            check_request(self.nodes, None, self._named(), link=True)
             if self.parts is not None and int(self.parts.meta["num_features"]) != mf.num_features:
                 check_widths(mf, int(self.parts.meta["num_features"]), mf.num_classes, "--parts")
             return
@@ -234,6 +232,8 @@ class PredictCommand(Command):
                 int(meta["num_classes"]),
                 f"--parts {self.data.parts}",
             )
+        meta = self.parts.meta if self.parts is not None else None
+        check_request(self.nodes, meta, self._named())
 
     def _inputs(self) -> list[Place]:
         """What the run reads: its partition or dataset, and the model file."""

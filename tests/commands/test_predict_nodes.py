@@ -11,7 +11,8 @@ On the 600-node SBM graph with a 2-layer GCN (trained on the uncut graph):
   whole-graph ids bit for bit, ``node_ids.npy`` the whole graph's ids;
 - refused in one line, exit 2, nothing written: ``all`` on a cut (default or given), a split
   the cut dropped, a file naming a node outside the cut's seeds (how many and the first), a
-  repeated id, an id out of range, an empty or malformed file, an unknown split, no file;
+  repeated id, an id out of range, an empty or malformed file, an unknown split, no file,
+  ``--nodes`` other than ``all`` with a link model;
 - :class:`~fullgraph.training.inference.RowWriter` writes the selected rows only, at their
   output rows, window by window.
 
@@ -31,10 +32,11 @@ from mp_utils import one_thread, run_mpi
 
 from fullgraph.cli import main as cli_main
 from fullgraph.datasets.graph import Graph
-from fullgraph.errors import DataError
+from fullgraph.errors import ConfigError, DataError
 from fullgraph.partition import partition_graph
 from fullgraph.partition.receptive_cut import CutSpec
 from fullgraph.training.inference import RowWriter, create_files
+from fullgraph.training.node_selection import check_request, parse_nodes
 
 FILES = ("logits.npy", "predictions.npy", "embeddings-1.npy")
 
@@ -227,6 +229,9 @@ def test_bad_specs_and_one_process_range(setup, small_graph, small_partitions, c
     data = ["--dataset", small_graph.name, "--root", str(setup["root"] / "data")]
     one = [*data, "--model", str(setup["model"]), "--nodes", str(tmp_path / "far.npy")]
     _refused(one, capsys, out, f"node {small_graph.num_nodes + 5} (entry 1) is outside")
+    with pytest.raises(ConfigError, match="--nodes test applies to node models"):
+        check_request(parse_nodes("test"), None, "--parts P", link=True)
+    check_request(parse_nodes("all"), None, "--parts P", link=True)  # a link model's default
 
 
 def test_the_writer_writes_the_selected_rows_window_by_window(tmp_path):
