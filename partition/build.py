@@ -31,9 +31,10 @@ from fullgraph.partition.format import (
 from fullgraph.partition.link_parts import LinkParts, check_link_split
 from fullgraph.partition.npy_files import ChunkedArray, save_array
 from fullgraph.partition.output_kind import PARTITION, check_partition_out
-from fullgraph.partition.receptive_cut import CutSpec, cut_and_assign
+from fullgraph.partition.part_blocks import part_block_arrays
+from fullgraph.partition.receptive_cut import CutSpec, Rows, cut_and_assign
 from fullgraph.partition.report import build_report
-from fullgraph.resources import StageTimer
+from fullgraph.resources import StageTimer, drop_resident_pages
 
 #: Entries (edges or feature values) a part's builder holds at a time while streaming a file.
 CHUNK_ELEMENTS = 1 << 24
@@ -207,22 +208,13 @@ class _PartBuilder:
         return chunks
 
 
-def part_block_arrays(blocks: NodeBlocks, inner: np.ndarray) -> dict[str, np.ndarray]:
-    """``block_ids`` and ``block_ptr`` of a part whose inner rows ``inner`` are in (block, id)
-    order; for a receptive-field cut also ``block_pos`` (each row's position in its block of
-    the whole graph) and ``block_full`` (each of the part's blocks' size there)."""
-    inner_blocks = blocks.block[inner]
-    starts = np.flatnonzero(np.diff(inner_blocks)) + 1
-    ni = int(inner_blocks.size)
-    first = np.concatenate([[0], starts]).astype(np.int64) if ni else np.zeros(0, np.int64)
-    arrays = {
-        "block_ids": np.asarray(inner_blocks[first], dtype=np.int64),
-        "block_ptr": np.concatenate([first, [ni]]).astype(np.int64),
-    }
-    if blocks.position is not None and blocks.full_rows is not None:
-        arrays["block_pos"] = np.asarray(blocks.position[inner], dtype=np.int64)
-        arrays["block_full"] = np.asarray(blocks.full_rows[arrays["block_ids"]], dtype=np.int64)
-    return arrays
+def _drop_graph_pages(graph: Graph) -> None:
+    """Unmap the resident pages of the graph's memory-mapped arrays (a cut's features: their
+    base): the parts are written one by one, so the process holds one part's pages at a time,
+    not the whole graph's (in-memory arrays are left as they are)."""
+    x = graph.x.base if isinstance(graph.x, Rows) else graph.x
+    for array in (graph.indptr, graph.indices, x, graph.edge_weight, graph.edge_attr):
+        drop_resident_pages(array)
 
 
 def write_partitions(
@@ -348,6 +340,7 @@ def write_partitions(
                 if cut_link is not None:
                     parts[-1]["link"] = cut_link.counts(r)
                 del arrays
+                _drop_graph_pages(graph)  # the next part's rows are read afresh
         with timer.stage("send_lists"):
             for r in range(num_parts):
                 pieces = [local_inner[halo_gid[recv[r] : recv[r + 1]]] for halo_gid, recv in halos]
