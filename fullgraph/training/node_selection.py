@@ -35,6 +35,7 @@ from fullgraph.distributed.faults import agree
 from fullgraph.errors import ConfigError, DataError
 from fullgraph.partition import Partition
 from fullgraph.partition.load import whole_ids
+from fullgraph.run.prediction_dir import WRITE_WINDOW_BYTES
 from fullgraph.training.cut_check import WHOLE
 
 ALL = "all"
@@ -334,12 +335,27 @@ def select_rows(
     return NodeRows(rows, int(wanted.size), wanted if comm.rank == 0 else None)
 
 
-def write_node_ids(path: Path, node_ids: np.ndarray) -> None:
-    """Fill ``node_ids.npy`` (created at its size with the outputs) with the selection's ids."""
-    mm = np.lib.format.open_memmap(path, mode="r+")
-    mm[:] = node_ids
-    mm.flush()
-    del mm
+def write_node_ids(
+    path: Path, node_ids: np.ndarray, window_bytes: int = WRITE_WINDOW_BYTES
+) -> None:
+    """Fill ``node_ids.npy`` (created at its size with the outputs) with the selection's ids,
+    a window of the file mapped at a time (as :class:`~fullgraph.training.inference.
+    RowWriter` writes)."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0
+        shape, _, dtype = (read if version == (1, 0) else np.lib.format.read_array_header_2_0)(f)
+        header = f.tell()
+    assert tuple(shape) == node_ids.shape, (shape, node_ids.shape)
+    per = max(1, window_bytes // np.dtype(dtype).itemsize)
+    for start in range(0, node_ids.size, per):
+        part = node_ids[start : start + per]
+        mm = np.memmap(
+            path, dtype=dtype, mode="r+", offset=header + start * dtype.itemsize, shape=part.shape
+        )
+        mm[:] = part
+        mm.flush()
+        del mm
 
 
 def selection_record(

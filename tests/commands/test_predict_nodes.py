@@ -36,7 +36,7 @@ from fullgraph.errors import ConfigError, DataError
 from fullgraph.partition import partition_graph
 from fullgraph.partition.receptive_cut import CutSpec
 from fullgraph.training.inference import RowWriter, create_files
-from fullgraph.training.node_selection import check_request, parse_nodes
+from fullgraph.training.node_selection import check_request, parse_nodes, write_node_ids
 
 FILES = ("logits.npy", "predictions.npy", "embeddings-1.npy")
 
@@ -248,3 +248,10 @@ def test_the_writer_writes_the_selected_rows_window_by_window(tmp_path):
     assert np.array_equal(got, want) and not (got == 0).all(axis=1).any()
     with pytest.raises(DataError, match="outside"):
         RowWriter(np.array([0, -2]), 7)
+
+
+def test_node_ids_are_written_window_by_window(tmp_path):
+    ids = np.random.default_rng(3).permutation(1000)[:37].astype(np.int64)
+    create_files(tmp_path, {"node_ids.npy": ((37,), "int64")})
+    write_node_ids(tmp_path / "node_ids.npy", ids, window_bytes=5 * 8)  # 8 windows
+    assert np.array_equal(np.load(tmp_path / "node_ids.npy"), ids)
