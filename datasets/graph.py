@@ -38,19 +38,28 @@ def split_name(mask_name: str) -> str:
     return mask_name.removesuffix("_mask")
 
 
+#: :func:`nonfinite_rows` drops a memory-mapped matrix's pages every this many blocks.
+DROP_EVERY = 8
+
+
 def nonfinite_rows(x: np.ndarray, block_rows: int = 1 << 16) -> np.ndarray:
     """Rows of ``x`` holding a NaN or an infinity, ascending.
 
     Checked in blocks of ``block_rows`` rows, so that the temporary mask stays small for a
-    feature matrix of any size (a memory-mapped one is read once, block by block).
+    feature matrix of any size (a memory-mapped one is read once, block by block, its pages
+    dropped from the process every :data:`DROP_EVERY` blocks: the check of a graph larger
+    than memory holds a few blocks of it, not all).
 
     Shapes:
         - ``x``: [num_nodes, num_features]; result: int64 [rows found]
     """
-    found = [
-        lo + np.flatnonzero(~np.isfinite(x[lo : lo + block_rows]).all(axis=1))
-        for lo in range(0, x.shape[0], block_rows)
-    ]
+    from fullgraph.resources import drop_resident_pages
+
+    found = []
+    for k, lo in enumerate(range(0, x.shape[0], block_rows)):
+        found.append(lo + np.flatnonzero(~np.isfinite(x[lo : lo + block_rows]).all(axis=1)))
+        if k % DROP_EVERY == DROP_EVERY - 1:
+            drop_resident_pages(x)
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
