@@ -27,8 +27,9 @@ from tqdm import tqdm
 from fullgraph.atomic import atomic_dir, atomic_write_json
 from fullgraph.datasets.edges import check_edge_ids, edges_to_csr_with_values, index_to_mask
 from fullgraph.datasets.graph import GRAPH_ARRAYS, Graph, first_overlap, nonfinite_rows
+from fullgraph.datasets.npy_layout import is_npy_dataset, read_npy_dataset
 from fullgraph.datasets.ogb_writer import MARKER_FORMAT
-from fullgraph.datasets.paths import raw_dir
+from fullgraph.datasets.paths import dataset_dir, raw_dir
 from fullgraph.errors import DataError
 from fullgraph.resources import drop_resident_pages
 
@@ -437,6 +438,9 @@ def read_ogb(
     Raises:
         DataError: missing files (path named), malformed or inconsistent contents.
     """
+    npy = dataset_dir(root, name)
+    if is_npy_dataset(npy):  # the chunked synthetic writer's arrays
+        return read_npy_dataset(npy, name, mmap=mmap)
     d = raw_dir(root, name).parent
     marker = read_marker(d)
     variant = ("sym" if symmetric else "dir") + ("" if remove_self_loops else "-loops")

@@ -11,8 +11,9 @@ Layout written under ``<root>/<name with - as _>/`` (one atomic directory rename
     meta.json                  fullgraph's marker: name, classes, split scheme, whether the
                                edge file is symmetric-once, and the generator's parameters
 
-and, once loaded, the reader's cache ``processed/<variant>/{key.json,*.npy}``. ``force``
-replaces only a directory of exactly these (:data:`DATASET`).
+and, once loaded, the reader's cache ``processed/<variant>/{key.json,*.npy}``. The chunked
+synthetic writer's ``npy`` layout has ``arrays/*.npy`` (:data:`NPY_ARRAYS`) instead of ``raw/``
+and ``split/``. ``force`` replaces only a directory of exactly these (:data:`DATASET`).
 
 CSV text is written by pyarrow's multi-threaded CSV writer into a gzip stream at level 1
 (fast; OGB's files are ordinary gzip so any level reads the same).
@@ -59,6 +60,9 @@ _RAW_FILES = {
     "edge_feat.csv.gz",
 }
 _SPLIT_FILES = {"train.csv.gz", "valid.csv.gz", "test.csv.gz"}
+#: The ``npy`` layout's array directory and arrays (:mod:`fullgraph.datasets.npy_layout`).
+ARRAYS_DIR = "arrays"
+NPY_ARRAYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
 
 
 def _is_cache_file(name: str) -> bool:
@@ -70,6 +74,9 @@ def _unexpected_under(entry: Path) -> list[Path]:
     reader's cache would not have written (``entry`` itself for any other name)."""
     if entry.name == "raw" and is_plain_dir(entry):
         return [f for f in entry.iterdir() if not (f.name in _RAW_FILES and is_plain_file(f))]
+    if entry.name == ARRAYS_DIR and is_plain_dir(entry):  # the npy layout's arrays
+        names = {f"{a}.npy" for a in NPY_ARRAYS}
+        return [f for f in entry.iterdir() if not (f.name in names and is_plain_file(f))]
     if entry.name not in ("split", "processed") or not is_plain_dir(entry):
         return [entry]
     kept = (lambda n: n in _SPLIT_FILES) if entry.name == "split" else _is_cache_file

@@ -28,12 +28,22 @@ popularity, so no community piles its edges onto its hub either.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from fullgraph.errors import ConfigError
 
-__all__ = ["RingSampler", "UniformSampler", "draw_edges", "power_law"]
+__all__ = [
+    "SURPLUS",
+    "KeysInMemory",
+    "RingSampler",
+    "UniformSampler",
+    "draw_edges",
+    "power_law",
+    "sorted_distinct",
+    "surplus_positions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +52,13 @@ CHUNK = 4_000_000
 
 #: A node's own edges reach a window holding at least this many times its expected degree.
 HUB_SPREAD = 2.0
+
+#: How the distinct edges drawn beyond ``num_edges`` are dropped: ``global``, a seeded sample
+#: of all positions at once (``rng.choice``: a transient of 8 bytes per edge; the older
+#: presets, kept bit for bit), or ``blocked``, the same count spread over fixed blocks of
+#: :data:`SURPLUS_BLOCK` positions in proportion, a seeded sample in each (bounded memory).
+SURPLUS = ("global", "blocked")
+SURPLUS_BLOCK = 1 << 22
 
 
 def _pareto(rng: np.random.Generator, n: int, exponent: float) -> np.ndarray:
@@ -241,7 +258,7 @@ class RingSampler:
         return _keys(src, dst, self.n)
 
 
-def _sorted_distinct(a: np.ndarray) -> np.ndarray:
+def sorted_distinct(a: np.ndarray) -> np.ndarray:
     """Sorted distinct values of ``a`` (sorts in place; numpy's hash-based unique is slower)."""
     a.sort()
     if a.shape[0] < 2:
@@ -252,60 +269,121 @@ def _sorted_distinct(a: np.ndarray) -> np.ndarray:
     return a[keep]
 
 
+def surplus_positions(
+    rng: np.random.Generator, total: int, extra: int, surplus: str
+) -> Iterator[np.ndarray]:
+    """Positions (among ``total`` sorted distinct keys) of the ``extra`` keys to drop.
+
+    Yields ascending arrays of ascending positions (see :data:`SURPLUS` for the two methods).
+    """
+    if extra <= 0:
+        return
+    if surplus == "global":
+        drop = rng.choice(total, size=extra, replace=False)
+        drop.sort()
+        yield drop
+        return
+    done = 0
+    for start in range(0, total, SURPLUS_BLOCK):
+        size = min(SURPLUS_BLOCK, total - start)
+        upto = extra * (start + size) // total  # proportional share, exact in integers
+        count, done = upto - done, upto
+        if count:
+            pos = rng.choice(size, size=count, replace=False)
+            pos.sort()
+            yield start + pos
+
+
+class KeysInMemory:
+    """The distinct keys drawn so far, held in memory (the store of :func:`generate`)."""
+
+    def __init__(self) -> None:
+        self.keys = np.empty(0, dtype=np.int64)
+        self.parts: list[np.ndarray] = []
+
+    def add(self, keys: np.ndarray) -> None:
+        """Keep a chunk of drawn keys (duplicates allowed)."""
+        self.parts.append(keys)
+
+    def merge(self) -> int:
+        """Drop duplicates among everything added; the number of distinct keys."""
+        self.keys = sorted_distinct(np.concatenate([self.keys, *self.parts]))
+        self.parts = []
+        return int(self.keys.shape[0])
+
+    def finish(self, drops: Iterator[np.ndarray]) -> np.ndarray:
+        """The distinct keys without the positions ``drops`` yields."""
+        keep = None
+        for pos in drops:
+            if keep is None:
+                keep = np.ones(self.keys.shape[0], dtype=np.bool_)
+            keep[pos] = False
+        return self.keys if keep is None else self.keys[keep]
+
+
 def draw_edges(
     rng: np.random.Generator,
     num_nodes: int,
     num_edges: int,
     sampler: UniformSampler | RingSampler,
-) -> np.ndarray:
+    *,
+    surplus: str = "global",
+    store: object | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> np.ndarray | object:
     """Exactly ``num_edges`` distinct undirected edge keys ``min * N + max``, sorted.
 
     One edge starts from every node (so none is isolated), the rest from first ends the
     sampler draws; duplicates and self-loops are dropped and more edges drawn until enough are
-    distinct, and a seeded random surplus is dropped at the end.
+    distinct, and a seeded random surplus is dropped at the end (:data:`SURPLUS`).
 
     Args:
         rng: the structure stream.
         num_nodes: number of nodes ``N``.
         num_edges: undirected edges wanted.
         sampler: where edges land.
+        surplus: how the surplus is dropped, ``global`` or ``blocked``.
+        store: where the keys go (``add``, ``merge``, ``finish``, as :class:`KeysInMemory`,
+            the default); the same draws whatever the store, so the same edges.
+        progress: called with the number of keys drawn after every chunk.
 
     Returns:
-        int64 [num_edges] sorted keys.
+        int64 [num_edges] sorted keys (the store's ``finish``).
 
     Raises:
         ConfigError: when fifty rounds cannot place enough distinct edges.
     """
     n, m = num_nodes, num_edges
-    keys = np.empty(0, dtype=np.int64)
+    store = KeysInMemory() if store is None else store
+    have = 0
     first = True
     oversample = 1.05
     rounds = 0
-    while keys.shape[0] < m:
+    while have < m:
         rounds += 1
         if rounds > 50:
             raise ConfigError(f"cannot place {m} distinct edges; lower num_edges or p_local")
-        need = int((m - keys.shape[0]) * oversample) + 16
-        parts = [keys]
+        need = int((m - have) * oversample) + 16
+        drawn = 0
         if first:  # one edge from every node, so that no node is isolated
             for s in range(0, n, CHUNK):
-                parts.append(sampler.keys(rng, np.arange(s, min(n, s + CHUNK))))
+                keys = sampler.keys(rng, np.arange(s, min(n, s + CHUNK)))
+                drawn += keys.shape[0]
+                store.add(keys)
+                if progress is not None:
+                    progress(keys.shape[0])
             need = max(0, need - n)
             first = False
         for s in range(0, need, CHUNK):
             src = sampler.sources(rng, min(CHUNK, need - s))
-            parts.append(sampler.keys(rng, src))
-        drawn = sum(p.shape[0] for p in parts) - keys.shape[0]
-        before = keys.shape[0]
-        keys = _sorted_distinct(np.concatenate(parts))
-        del parts
-        gained = keys.shape[0] - before
+            keys = sampler.keys(rng, src)
+            drawn += keys.shape[0]
+            store.add(keys)
+            if progress is not None:
+                progress(keys.shape[0])
+        before = have
+        have = store.merge()
+        gained = have - before
         oversample = min(4.0, max(1.05, 1.1 * drawn / max(gained, 1)))
-        log.info("edges: round %d drew %d, %d distinct so far", rounds, drawn, keys.shape[0])
-    extra = keys.shape[0] - m
-    if extra:
-        drop = rng.choice(keys.shape[0], size=extra, replace=False)
-        keep = np.ones(keys.shape[0], dtype=np.bool_)
-        keep[drop] = False
-        keys = keys[keep]
-    return keys
+        log.info("edges: round %d drew %d, %d distinct so far", rounds, drawn, have)
+    return store.finish(surplus_positions(rng, have, have - m, surplus))

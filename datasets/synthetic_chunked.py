@@ -1,0 +1,306 @@
+"""Out-of-core writer of the synthetic graphs: generated and written in chunks.
+
+:func:`write_synthetic` draws exactly the graph :func:`fullgraph.datasets.synthetic.generate`
+draws (the same streams in the same order: equal arrays, ``tests/datasets/
+test_synthetic_chunked.py``) and writes it in the ``npy`` layout
+(:mod:`fullgraph.datasets.npy_layout`), without ever holding the edges or the features:
+
+- **edges**: every chunk of drawn keys ``min * N + max`` is appended to the bucket file of its
+  key range (buckets of about :data:`BUCKET_KEYS` keys, ranges from the triangular law of
+  ``min``); after a round of draws each bucket is read, sorted and made distinct alone, so the
+  concatenation of the buckets is the in-memory path's sorted distinct keys; the surplus is
+  dropped while streaming them into one key file.
+- **CSR**: degrees counted over the key file, then one pass that scatters both directions of a
+  chunk of keys into the memory-mapped ``indices.npy`` at each row's cursor. Keys ascend, so
+  every row's sources arrive ascending: no sort of the whole graph.
+- **features**: drawn a block of rows at a time and written to the memory-mapped ``x.npy``
+  (float32, or float16 to halve the file; the reader widens).
+
+Written pages of the maps are flushed and unmapped from this process every
+:data:`RELEASE_BYTES` (they stay in the page cache), so the resident set stays near the bound
+below. Memory: the per-node state of the generator (labels, communities, the ring sampler's
+cumulative weights and positions, the split, degrees and row cursors: about
+:data:`NODE_STATE_BYTES` bytes per node) plus a few chunk-sized buffers (about
+:data:`CHUNK_STATE_BYTES`), whatever the edge count and the feature width. The scratch files
+lie inside the temporary directory that becomes the dataset, so an interrupted run
+(Ctrl-C, SIGTERM through the CLI, a full disk) leaves no dataset, half-written or not.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import mmap
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from fullgraph.atomic import atomic_dir, atomic_write_json
+from fullgraph.datasets.npy_layout import FEATURE_DTYPES, LAYOUT
+from fullgraph.datasets.ogb_writer import ARRAYS_DIR, DATASET, MARKER_FORMAT
+from fullgraph.datasets.paths import dataset_dir
+from fullgraph.datasets.synthetic import (
+    SynthConfig,
+    communities,
+    edge_sampler,
+    feature_blocks,
+    labelled_nodes,
+    resolve,
+    split_masks,
+    streams,
+)
+from fullgraph.datasets.synthetic_edges import CHUNK, draw_edges, sorted_distinct
+from fullgraph.errors import ConfigError
+
+__all__ = ["BUCKET_KEYS", "KeysOnDisk", "write_synthetic"]
+
+log = logging.getLogger(__name__)
+
+#: Keys a bucket is sized for (int64: 128 MiB), read and sorted alone.
+BUCKET_KEYS = 1 << 24
+#: Bytes written into a map between flushes that unmap them from this process.
+RELEASE_BYTES = 256 << 20
+#: Bytes per node the generator keeps in memory (measured bound, docs/datasets.md).
+NODE_STATE_BYTES = 160
+#: Bytes of chunk-sized buffers besides (a bucket being sorted, a chunk being scattered).
+CHUNK_STATE_BYTES = 768 << 20
+
+
+def _release(array: np.memmap) -> None:
+    """Flush a writable map and unmap its pages from this process (kept in the page cache)."""
+    array.flush()
+    mm = getattr(array, "_mmap", None)
+    if mm is not None and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            mm.madvise(mmap.MADV_DONTNEED)
+        except (OSError, ValueError):
+            pass
+
+
+class KeysOnDisk:
+    """The distinct keys drawn so far, in bucket files by key range (for :func:`draw_edges`).
+
+    Args:
+        scratch: a directory for the bucket files and the final key file.
+        num_nodes: ``N``.
+        expected: about how many keys will be drawn (sizes the buckets).
+    """
+
+    def __init__(self, scratch: Path, num_nodes: int, expected: int) -> None:
+        self.scratch = scratch
+        self.n = num_nodes
+        buckets = max(1, math.ceil(1.25 * expected / BUCKET_KEYS))
+        q = np.arange(1, buckets) / buckets  # P(min < a) = 1 - (1 - a / N)^2 for random pairs
+        lo = np.unique(np.floor(num_nodes * (1 - np.sqrt(1 - q))).astype(np.int64))
+        self.bounds = lo * np.int64(num_nodes)
+        self.files = [scratch / f"bucket-{i}.bin" for i in range(self.bounds.shape[0] + 1)]
+        for f in self.files:
+            f.touch()
+        self.counts = [0] * len(self.files)
+
+    def add(self, keys: np.ndarray) -> None:
+        """Append a chunk of keys to the files of their buckets."""
+        which = np.searchsorted(self.bounds, keys, side="right")
+        order = np.argsort(which, kind="stable")
+        keys, which = keys[order], which[order]
+        cuts = np.searchsorted(which, np.arange(len(self.files) + 1))
+        for i, f in enumerate(self.files):
+            if cuts[i + 1] > cuts[i]:
+                with open(f, "ab") as out:
+                    keys[cuts[i] : cuts[i + 1]].tofile(out)
+
+    def merge(self) -> int:
+        """Sort each bucket and drop its duplicates; the number of distinct keys."""
+        for i, f in enumerate(self.files):
+            keys = sorted_distinct(np.fromfile(f, dtype=np.int64))
+            tmp = f.with_suffix(".tmp")
+            keys.tofile(tmp)
+            os.replace(tmp, f)
+            self.counts[i] = int(keys.shape[0])
+        return sum(self.counts)
+
+    def finish(self, drops: Iterator[np.ndarray]) -> np.memmap:
+        """The distinct keys without the positions ``drops`` yields, as a read-only map."""
+        pending = [np.empty(0, dtype=np.int64)]
+        path = self.scratch / "keys.bin"
+        offset = 0
+        with open(path, "wb") as out:
+            for f, count in zip(self.files, self.counts, strict=True):
+                keys = np.fromfile(f, dtype=np.int64)
+                end = offset + count
+                while pending[-1].size == 0 or pending[-1][-1] < end:
+                    nxt = next(drops, None)
+                    if nxt is None:
+                        break
+                    pending.append(nxt)
+                here = np.concatenate(pending)
+                mine = here[here < end] - offset
+                pending = [here[here >= end]]
+                if mine.size:
+                    keep = np.ones(count, dtype=np.bool_)
+                    keep[mine] = False
+                    keys = keys[keep]
+                keys.tofile(out)
+                f.unlink()
+                offset = end
+        return np.memmap(path, dtype=np.int64, mode="r")
+
+
+def _key_chunks(keys: np.ndarray) -> Iterator[np.ndarray]:
+    for s in range(0, keys.shape[0], CHUNK):
+        yield np.asarray(keys[s : s + CHUNK])
+
+
+def _write_csr(keys: np.ndarray, n: int, arrays: Path, bar: tqdm) -> int:
+    """``indptr.npy`` and ``indices.npy`` of the symmetric graph of the sorted ``keys``."""
+    degree = np.zeros(n, dtype=np.int64)
+    for chunk in _key_chunks(keys):
+        for ends in np.divmod(chunk, np.int64(n)):  # counted sorted: no N-sized temporary
+            ends.sort()
+            first = np.flatnonzero(np.concatenate([[True], ends[1:] != ends[:-1]]))
+            degree[ends[first]] += np.diff(np.append(first, ends.shape[0]))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(degree, out=indptr[1:])
+    del degree
+    np.save(arrays / "indptr.npy", indptr)
+    nnz = int(indptr[-1])
+    indices = np.lib.format.open_memmap(arrays / "indices.npy", "w+", np.int64, (nnz,))
+    cursor = indptr[:-1].copy()
+    del indptr
+    written = 0
+    for chunk in _key_chunks(keys):
+        lo, hi = np.divmod(chunk, np.int64(n))
+        rows = np.concatenate([hi, lo])
+        srcs = np.concatenate([lo, hi])
+        del lo, hi
+        order = np.argsort(rows * np.int64(n) + srcs)
+        rows, srcs = rows[order], srcs[order]
+        del order
+        first = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
+        sizes = np.diff(np.append(first, rows.shape[0]))
+        rank = np.arange(rows.shape[0]) - np.repeat(first, sizes)
+        indices[cursor[rows] + rank] = srcs
+        cursor[rows[first]] += sizes
+        written += rows.shape[0] * 8
+        if written >= RELEASE_BYTES:
+            _release(indices)
+            written = 0
+        bar.update(chunk.shape[0])
+    _release(indices)
+    del indices
+    return nnz
+
+
+def _write_features(
+    cfg: SynthConfig, rng: np.random.Generator, y: np.ndarray, arrays: Path, dtype: str
+) -> None:
+    x = np.lib.format.open_memmap(
+        arrays / "x.npy", "w+", np.dtype(dtype), (cfg.num_nodes, cfg.num_features)
+    )
+    written = 0
+    with tqdm(total=cfg.num_nodes, desc="features", unit="row", unit_scale=True) as bar:
+        for s, block in feature_blocks(rng, cfg, y):
+            x[s : s + block.shape[0]] = block
+            written += block.shape[0] * cfg.num_features * x.dtype.itemsize
+            if written >= RELEASE_BYTES:
+                _release(x)
+                written = 0
+            bar.update(block.shape[0])
+    _release(x)
+
+
+def write_synthetic(
+    preset: str,
+    root: str | Path,
+    name: str,
+    *,
+    seed: int = 0,
+    scale: float = 1.0,
+    feature_dtype: str = "float32",
+    force: bool = False,
+    **overrides: float,
+) -> Path:
+    """Generate ``preset`` chunk by chunk and write it in the ``npy`` layout, atomically.
+
+    Args:
+        preset: a node preset of :data:`fullgraph.datasets.synthetic.PRESETS`.
+        root: dataset root; ``load(name, root)`` finds the graph afterwards.
+        name: the dataset's name.
+        seed: random seed (the same graph as ``generate(preset, seed, scale)``).
+        scale: multiply the preset's nodes and edges by this.
+        feature_dtype: ``float32`` or ``float16`` (rounded from the float32 draws) on disk.
+        force: replace an existing dataset directory that ``data synth`` wrote.
+        **overrides: fields of :class:`~fullgraph.datasets.synthetic.SynthConfig`.
+
+    Returns:
+        The dataset directory.
+
+    Raises:
+        ConfigError: unknown preset, parameter or dtype, impossible sizes, or an existing
+            directory that is not a dataset ``data synth`` wrote.
+        FileExistsError: the directory exists and ``force`` is false.
+    """
+    if feature_dtype not in FEATURE_DTYPES:
+        raise ConfigError(
+            f"--feature-dtype {feature_dtype!r}: choose one of {', '.join(FEATURE_DTYPES)}"
+        )
+    cfg = resolve(preset, overrides, scale)
+    n = cfg.num_nodes
+    target = dataset_dir(root, name)
+    with atomic_dir(target, force=force, ours=DATASET) as tmp:
+        arrays = tmp / ARRAYS_DIR
+        scratch = tmp / "scratch"
+        arrays.mkdir()
+        scratch.mkdir()
+        rng_struct, rng_label, rng_feat, rng_split = streams(seed)
+        y, block, num_blocks = communities(rng_label, cfg)
+        sampler = edge_sampler(rng_struct, cfg, block, num_blocks)
+        store = KeysOnDisk(scratch, n, int(1.1 * cfg.num_edges) + n)
+        with tqdm(total=cfg.num_edges, desc="edges drawn", unit="edge", unit_scale=True) as bar:
+            keys = draw_edges(
+                rng_struct,
+                n,
+                cfg.num_edges,
+                sampler,
+                surplus=cfg.surplus,
+                store=store,
+                progress=bar.update,
+            )
+        del sampler
+        with tqdm(total=keys.shape[0], desc="csr", unit="edge", unit_scale=True) as bar:
+            _write_csr(keys, n, arrays, bar)
+        del keys
+        shutil.rmtree(scratch)
+        _write_features(cfg, rng_feat, y, arrays, feature_dtype)
+        labelled = labelled_nodes(cfg, seed, block)
+        del block
+        masks = split_masks(cfg, rng_split, labelled)
+        if labelled is not None:
+            known = np.zeros(n, dtype=np.bool_)
+            known[labelled] = True
+            y[~known] = -1
+            del known, labelled
+        np.save(arrays / "y.npy", y)
+        for key, m in zip(("train_mask", "val_mask", "test_mask"), masks, strict=True):
+            np.save(arrays / f"{key}.npy", m)
+        source = {"generator": "dcsbm", "preset": preset, "seed": seed, "params": asdict(cfg)}
+        atomic_write_json(
+            tmp / "meta.json",
+            {
+                "format": MARKER_FORMAT,
+                "layout": LAYOUT,
+                "name": name,
+                "num_classes": int(cfg.num_classes),
+                "split_scheme": "random",
+                "edges_symmetric_once": True,
+                "has_features": True,
+                "feature_dtype": feature_dtype,
+                "source": source,
+            },
+        )
+    return target
