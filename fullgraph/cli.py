@@ -25,7 +25,7 @@ from fullgraph.errors import (
     one_line,
     out_of_memory,
 )
-from fullgraph.resources import process_defaults
+from fullgraph.resources import import_one_at_a_time, process_defaults
 from fullgraph.watchdog import Terminated, Watchdog, end_by_sigterm, launched_ranks
 
 #: (module, name, summary) of every subcommand, in the order ``--help`` lists them.
@@ -68,6 +68,11 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
         "export a trained model (--save-model) to a plain PyG model",
     ),
 ]
+
+
+#: The subcommands that run as ranks: their heavy libraries load one at a time
+#: (:func:`~fullgraph.resources.import_one_at_a_time`).
+RANK_COMMANDS = frozenset({"train", "predict", "minibatch"})
 
 
 def summary(name: str) -> str:
@@ -194,6 +199,8 @@ def _main(argv: Sequence[str] | None) -> int:
         # and c10 TORCH_CPP_LOG_LEVEL once, when they load (set later, a one-process run's 2
         # threads spun against a loaded machine, and c10d's warnings buried the failure line).
         process_defaults()
+        if chosen in RANK_COMMANDS:  # a lower start-up peak on every rank (docs/scale.md)
+            import_one_at_a_time()
         parser = build_parser(argv)
         args = parser.parse_args(argv)
         return int(args.func(args) or 0)

@@ -161,6 +161,94 @@ def drop_resident_pages(array: object) -> bool:
     return True
 
 
+#: ``FULLGRAPH_LIBRARY_PAGES=keep`` leaves :func:`drop_library_pages` a no-op.
+LIBRARY_PAGES_ENV = "FULLGRAPH_LIBRARY_PAGES"
+
+
+def clean_library_mappings(smaps: str) -> list[tuple[int, int, int]]:
+    """The mappings of ``smaps`` (the text of ``/proc/PID/smaps``) that hold a shared library's
+    clean pages only: private, not writable, of a ``.so`` file still on disk, resident, and
+    without an anonymous page (a page the process wrote, such as a relocated one, would be
+    lost by dropping it).
+
+    Returns:
+        ``(start, end, resident KiB)`` of each such mapping.
+    """
+    found: list[tuple[int, int, int]] = []
+    current: list | None = None  # [start, end, ok, rss KiB, anonymous KiB]
+    for line in smaps.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header line
+            if current is not None and current[2] and current[3] and not current[4]:
+                found.append((current[0], current[1], current[3]))
+            start, _, end = fields[0].partition("-")
+            perms = fields[1] if len(fields) > 1 else ""
+            name = os.path.basename(fields[5]) if len(fields) == 6 else ""  # 7: "(deleted)"
+            library = name.endswith(".so") or ".so." in name
+            ok = library and perms[1:2] == "-" and perms[3:4] == "p"
+            current = [int(start, 16), int(end, 16), ok, 0, 0]
+        elif current is not None and fields[0] == "Rss:":
+            current[3] = int(fields[1])
+        elif current is not None and fields[0] == "Anonymous:":
+            current[4] = int(fields[1])
+    if current is not None and current[2] and current[3] and not current[4]:
+        found.append((current[0], current[1], current[3]))
+    return found
+
+
+def drop_library_pages() -> float:
+    """Unmap the shared libraries' clean resident pages from this process; returns the MiB.
+
+    Importing torch, numba (LLVM), numpy and scipy maps a few hundred MiB of their libraries'
+    code and read-only data, most of it touched once (static constructors, operator
+    registration) and never again. Those pages are the page cache's, shared by every process
+    that maps the library (every rank of a node) and reclaimable, yet each rank's resident set
+    (and its peak, which the memory plan adds up per node) counts them: docs/scale.md, "the
+    floor". Dropping them frees no memory of the machine; it stops the double count.
+    ``MADV_DONTNEED`` on the mappings of :func:`clean_library_mappings` takes them out of this
+    process's resident set; they stay in the page cache, and a page used again comes back with
+    a minor fault. Nothing the process wrote is touched. Call it once start-up is done (the
+    rank start-up does); ``FULLGRAPH_LIBRARY_PAGES=keep`` leaves everything mapped.
+
+    Returns:
+        MiB that were resident in the dropped mappings; 0 where nothing was done (no procfs,
+        no glibc, the variable set).
+    """
+    if os.environ.get(LIBRARY_PAGES_ENV, "") == "keep":
+        return 0.0
+    try:
+        with open("/proc/self/smaps") as f:
+            mappings = clean_library_mappings(f.read())
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return 0.0
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    dropped = 0
+    for start, end, rss_kib in mappings:
+        if libc.madvise(start, end - start, mmap.MADV_DONTNEED) == 0:  # locked maps refuse
+            dropped += rss_kib
+    return dropped / 1024
+
+
+#: The libraries :func:`import_one_at_a_time` loads for a rank, in the order a rank's
+#: command imports them: numba (with LLVM, numpy, scipy.sparse), then torch.
+RANK_LIBRARIES = ("numba", "torch")
+
+
+def import_one_at_a_time(modules: tuple[str, ...] = RANK_LIBRARIES) -> None:
+    """Import ``modules`` in turn, each one's start-up pages dropped before the next loads
+    (:func:`drop_library_pages`): the pages LLVM's static constructors touch and those of
+    torch's operator registration are then never resident at once, and a rank's start-up
+    peaks lower. Importing them again later costs nothing."""
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+        drop_library_pages()
+
+
 @dataclass
 class StageTimer:
     """Records wall time and peak RSS at the end of each named stage.

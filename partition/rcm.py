@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from fullgraph.datasets.graph import Graph
 from fullgraph.partition.assign import symmetric_adjacency
@@ -21,6 +20,10 @@ def rcm_blocks(graph: Graph, num_blocks: int) -> np.ndarray:
     """Every node's block, int64 [N]: ``min(num_blocks, N)`` blocks of equal node counts
     (to one; none empty) along the reverse Cuthill-McKee order of the symmetric adjacency
     (a bandwidth-reducing order: consecutive nodes lie near each other in the graph)."""
+    # here, not at the top: scipy.sparse.csgraph brings scipy.sparse.linalg (45 modules),
+    # which a training rank imports this module without ever using (docs/scale.md, the floor)
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
     n = graph.num_nodes
     xadj, adjncy = symmetric_adjacency(graph)
     adjacency = csr_matrix((np.ones(adjncy.size, np.int8), adjncy, xadj), shape=(n, n))

@@ -290,7 +290,10 @@ def measure_floor(cfg: TrainConfig, num_features: int, num_classes: int) -> int:
     Trains the configured model for two epochs on a 64-node graph in this process (the
     kernels' code, torch's and numba's pools and workspaces load as they would in epoch 1),
     then returns the resident memory after the graph and model are gone. Call it in a process
-    that has imported the training stack and started MPI, as a rank has.
+    that has imported the training stack and started MPI, as a rank has: the libraries' pages
+    that only the imports touched leave the resident set first, as the rank start-up drops
+    them (:func:`~fullgraph.resources.drop_library_pages`), so the floor holds the code the
+    kernels' loading and the epochs touch again, as a rank's does.
 
     Args:
         cfg: the run's configuration (model, widths, dropout, compression).
@@ -303,9 +306,11 @@ def measure_floor(cfg: TrainConfig, num_features: int, num_classes: int) -> int:
     import gc
 
     from fullgraph.distributed.communicator import Communicator
+    from fullgraph.resources import drop_library_pages
     from fullgraph.run.options import RunOptions
     from fullgraph.training.trainer import Trainer
 
+    drop_library_pages()  # as the rank start-up does
     # the run's model and exchange options; a gentle learning rate (the probe's steps only
     # load code: a run's own lr could make the tiny model diverge, which is not the point)
     settings = {**cfg.to_dict(), "epochs": 2, "eval_every": 1, "lr": 1e-3, "lr_warmup": 0}

@@ -207,9 +207,16 @@ class StartupPlan:
             memory_verdict(self._fits(graph)[1], self.check, self._advice)
 
     def measure_floor(self, num_features: int, num_classes: int) -> None:
-        """Step 2: the process floor, without what this process loaded since it started."""
+        """Step 2: the process floor, without what this process loaded since it started.
+
+        The libraries' pages touched since the start (step 1's code) leave the resident set
+        first: what the probe's epoch touches again is counted once, in ``after``.
+        """
+        from fullgraph.resources import drop_library_pages
+
         if not self.active or not self.fits:
             return
+        drop_library_pages()
         before = current_rss_bytes()
         after = measure_floor(self.cfg, num_features, num_classes)
         self.floor = self.resident + max(0, after - before)

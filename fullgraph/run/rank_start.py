@@ -14,7 +14,9 @@ policies:
    the given count, else the node's cores divided by its ranks;
 4. the communicator, set up as the phase ``connection set-up`` with the same label; a peer
    unreachable there ends the job with ``LABEL: error: rank R: ...``
-   (:func:`~fullgraph.distributed.faults.abort_setup`).
+   (:func:`~fullgraph.distributed.faults.abort_setup`);
+5. the libraries' pages that only the start-up touched leave the rank's resident set
+   (:func:`~fullgraph.resources.drop_library_pages`; docs/scale.md, "the floor").
 
 The checks made alike on every rank before it (:func:`checked_alike`) end with one line
 printed by rank 0. The work after it runs under the caller's failure policy, which ends the job
@@ -88,7 +90,7 @@ def start_rank(
     from fullgraph.distributed import create_communicator, default_threads
     from fullgraph.distributed.faults import abort_setup
     from fullgraph.kernels.cpu_launch import set_threads
-    from fullgraph.resources import release_freed_memory
+    from fullgraph.resources import drop_library_pages, release_freed_memory
     from fullgraph.watchdog import current, phase
 
     release_freed_memory()
@@ -105,4 +107,5 @@ def start_rank(
             raise
         abort_setup("", info.rank, info.under_mpi, exc, label=label)  # never returns
         raise
+    drop_library_pages()  # every import and MPI's libraries are in by now
     return comm, torch.get_num_threads()
