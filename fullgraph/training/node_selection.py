@@ -305,13 +305,14 @@ def select_rows(
     cut = "cut" in meta
     eligible = _labelled(part, tuple(SPLIT_MASKS)) if cut else np.ones(num_inner, dtype=bool)
     order = np.argsort(wanted, kind="stable")
-    at = np.minimum(np.searchsorted(wanted[order], ids), wanted.size - 1)
-    hit = (wanted[order][at] == ids) & eligible
+    ascending = wanted[order]
+    at = np.minimum(np.searchsorted(ascending, ids), wanted.size - 1)
+    hit = (ascending[at] == ids) & eligible
     rows[hit] = order[at[hit]]
     found = np.zeros(wanted.size, dtype=bool)
     for entries in comm.allgather_object(rows[hit]):
         found[np.asarray(entries, dtype=np.int64)] = True
-    del order, at, hit
+    del order, ascending, at, hit
 
     def covered() -> None:
         missing = np.flatnonzero(~found)
