@@ -71,6 +71,18 @@ NODE_STATE_BYTES = 160
 CHUNK_STATE_BYTES = 768 << 20
 
 
+def _bar(total: int, desc: str, unit: str) -> tqdm:
+    """A progress bar per chunk, on a terminal only and only for large graphs."""
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        unit_scale=True,
+        leave=False,
+        disable=None if total >= 5 * CHUNK else True,  # None: only on a terminal
+    )
+
+
 def _release(array: np.memmap) -> None:
     """Flush a writable map and unmap its pages from this process (kept in the page cache)."""
     array.flush()
@@ -203,14 +215,14 @@ def _write_features(
         arrays / "x.npy", "w+", np.dtype(dtype), (cfg.num_nodes, cfg.num_features)
     )
     written = 0
-    with tqdm(total=cfg.num_nodes, desc="features", unit="row", unit_scale=True) as bar:
+    with _bar(cfg.num_nodes * cfg.num_features, "features", "value") as bar:
         for s, block in feature_blocks(rng, cfg, y):
             x[s : s + block.shape[0]] = block
             written += block.shape[0] * cfg.num_features * x.dtype.itemsize
             if written >= RELEASE_BYTES:
                 _release(x)
                 written = 0
-            bar.update(block.shape[0])
+            bar.update(block.size)
     _release(x)
 
 
@@ -261,7 +273,7 @@ def write_synthetic(
         y, block, num_blocks = communities(rng_label, cfg)
         sampler = edge_sampler(rng_struct, cfg, block, num_blocks)
         store = KeysOnDisk(scratch, n, int(1.1 * cfg.num_edges) + n)
-        with tqdm(total=cfg.num_edges, desc="edges drawn", unit="edge", unit_scale=True) as bar:
+        with _bar(cfg.num_edges, "edges drawn", "edge") as bar:
             keys = draw_edges(
                 rng_struct,
                 n,
@@ -272,7 +284,7 @@ def write_synthetic(
                 progress=bar.update,
             )
         del sampler
-        with tqdm(total=keys.shape[0], desc="csr", unit="edge", unit_scale=True) as bar:
+        with _bar(int(keys.shape[0]), "csr", "edge") as bar:
             _write_csr(keys, n, arrays, bar)
         del keys
         shutil.rmtree(scratch)

@@ -40,12 +40,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     synth.add_argument(
         "--preset",
-        choices=["tiny", "arxiv", "products", "arxiv-stress", "products-stress"]
+        choices=["tiny", "arxiv", "products", "papers", "arxiv-stress", "products-stress"]
         + ["collab", "citation2"],
         default="tiny",
         help="tiny (3,000 nodes); arxiv (169,343 nodes, 1.17M edges) and products (2,449,029 "
         "nodes, 61.9M edges): sized like the OGB graphs, with their METIS halo volume "
-        "(communities on a ring, cross-community edges mostly to nearby ones); arxiv-stress, "
+        "(communities on a ring, cross-community edges mostly to nearby ones); papers "
+        "(111,059,956 nodes, 1.62B edges, 128 features, 172 classes, 1.4%% labelled and "
+        "clustered, the rest y = -1: ogbn-papers100M's sizes; use --scale and --format npy); "
+        "arxiv-stress, "
         "products-stress: same sizes, cross-community edges to random nodes (about 4x the "
         "real halo on products: a worst case); link prediction, in OGB's linkprop layout: "
         "collab (235,868 nodes, 1.29M edges, 128 features, held-out edges and 100,000 "
@@ -56,8 +59,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--scale",
         type=float,
         default=1.0,
-        help="--preset collab|citation2 only: multiply the nodes, edges, held-out edges and "
-        "negative pairs by this (e.g. 0.01 for a small copy; default 1)",
+        help="multiply the nodes and edges (link presets: also the held-out edges and negative "
+        "pairs) by this, in (0, 1] (e.g. --preset papers --scale 0.125; default 1)",
+    )
+    synth.add_argument(
+        "--format",
+        choices=["csv", "npy"],
+        default="csv",
+        help="csv: OGB's layout (raw/*.csv.gz, generated in memory); npy: arrays/*.npy, "
+        "generated and written chunk by chunk with memory that does not grow with the edges "
+        "or features (node presets; for papers-size graphs); default csv",
+    )
+    synth.add_argument(
+        "--feature-dtype",
+        choices=["float32", "float16"],
+        default="float32",
+        help="--format npy: features on disk as float32 or float16 (half the file; readers "
+        "widen to float32 per part or block); default float32",
     )
     synth.add_argument("--name", required=True, help="dataset name, e.g. arxiv-synth")
     synth.add_argument("--root", required=True, type=Path, help="dataset root directory")
@@ -123,7 +141,7 @@ def check_synth_fits(preset: str, edge_dim: int, edge_weight: bool, scale: float
         ConfigError: naming the size needed, the memory there is and the largest
             ``--edge-dim`` that fits.
     """
-    from fullgraph.datasets.synthetic import EDGE_FEATURE_DRAW_BYTES, PRESETS
+    from fullgraph.datasets.synthetic import EDGE_FEATURE_DRAW_BYTES, PRESETS, scaled
     from fullgraph.datasets.synthetic_link import LINK_PRESETS, link_preset_edges
     from fullgraph.errors import ConfigError
     from fullgraph.resources import node_memory_bytes
@@ -131,7 +149,7 @@ def check_synth_fits(preset: str, edge_dim: int, edge_weight: bool, scale: float
     if preset in LINK_PRESETS:
         edges = link_preset_edges(preset, scale)
     else:
-        edges = PRESETS[preset].num_edges
+        edges = scaled(PRESETS[preset], scale).num_edges
     need = edges * (EDGE_FEATURE_DRAW_BYTES * int(edge_dim) + (32 if edge_weight else 0))
     have = node_memory_bytes()
     if need <= have:
@@ -142,6 +160,41 @@ def check_synth_fits(preset: str, edge_dim: int, edge_weight: bool, scale: float
         f"of --preset {preset} takes about {need / 2**30:,.1f} GiB, but this machine offers "
         f"{have / 2**30:,.1f} GiB; ask for --edge-dim {widest:,} or less (or a smaller --preset)"
     )
+
+
+#: Peak bytes of the in-memory generator and OGB writer per undirected edge and per feature
+#: value (products: 3.94 GiB for 61.9M edges and 245M float32 values, docs/datasets.md).
+_CSV_EDGE_BYTES = 52
+_CSV_FEATURE_BYTES = 4
+
+
+def check_synth_memory(preset: str, scale: float, fmt: str, feature_dtype: str) -> None:
+    """Refuse, before anything is drawn, a synthetic graph whose generation cannot fit here.
+
+    Raises:
+        ConfigError: one line with the size needed, the memory there is and the fix (``--format
+            npy``, a smaller ``--scale``).
+    """
+    from fullgraph.datasets.synthetic import resolve
+    from fullgraph.datasets.synthetic_chunked import CHUNK_STATE_BYTES, NODE_STATE_BYTES
+    from fullgraph.errors import ConfigError
+    from fullgraph.resources import node_memory_bytes
+
+    cfg = resolve(preset, scale=scale)
+    if fmt == "npy":
+        need = NODE_STATE_BYTES * cfg.num_nodes + CHUNK_STATE_BYTES
+        fix = "a smaller --scale"
+    else:
+        values = cfg.num_nodes * cfg.num_features
+        need = _CSV_EDGE_BYTES * cfg.num_edges + _CSV_FEATURE_BYTES * values
+        fix = "--format npy (chunked) or a smaller --scale"
+    have = node_memory_bytes()
+    if need > have:
+        raise ConfigError(
+            f"--preset {preset} --scale {scale:g} --format {fmt}: generating "
+            f"{cfg.num_nodes:,} nodes and {cfg.num_edges:,} edges takes about "
+            f"{need / 2**30:,.1f} GiB, but this machine offers {have / 2**30:,.1f} GiB; use {fix}"
+        )
 
 
 def _synth(args: argparse.Namespace) -> int:
@@ -169,14 +222,35 @@ def _synth(args: argparse.Namespace) -> int:
         ours=LINK_DATASET if args.preset in LINK_PRESETS else DATASET,
         advice="choose another --name or --root, or remove it yourself",
     )
+    if args.preset in LINK_PRESETS or args.format == "csv":
+        if args.feature_dtype != "float32":
+            raise ConfigError("--feature-dtype float16 needs --format npy")
+    elif args.edge_weight or args.edge_dim:
+        raise ConfigError("--format npy writes no edge values; drop --edge-weight / --edge-dim")
     check_synth_fits(args.preset, args.edge_dim, args.edge_weight, args.scale)
     if args.preset in LINK_PRESETS:
+        if args.format != "csv":
+            raise ConfigError(f"--format npy applies to node presets, not {args.preset}")
         return _synth_link(args)
-    if args.scale != 1.0:
-        raise ConfigError(f"--scale applies to --preset collab|citation2, not {args.preset}")
+    check_synth_memory(args.preset, args.scale, args.format, args.feature_dtype)
     timer = StageTimer()
+    if args.format == "npy":
+        from fullgraph.datasets.synthetic_chunked import write_synthetic
+
+        with timer.stage("generate and write"):
+            path = write_synthetic(
+                args.preset,
+                args.root,
+                args.name,
+                seed=args.seed,
+                scale=args.scale,
+                feature_dtype=args.feature_dtype,
+                force=args.force,
+            )
+        _report(path, timer)
+        return 0
     with timer.stage("generate"):
-        graph = generate(args.preset, seed=args.seed)
+        graph = generate(args.preset, seed=args.seed, scale=args.scale)
         if args.edge_weight or args.edge_dim:
             graph = with_edge_values(
                 graph, edge_weight=args.edge_weight, edge_dim=args.edge_dim, seed=args.seed

@@ -181,6 +181,6 @@ def test_synth_link_presets(
     assert split.metric == metric and split.negatives["test"].shape == shape
     assert g.num_features == 128 and g.num_edges == 2 * len(split.edges["train"])
     split.check_no_leak(g.indptr, g.indices)
-    code, _, err = run_cli(["data", "synth", "--preset", "tiny", "--scale", "0.5", "--name",
+    code, _, err = run_cli(["data", "synth", "--preset", "tiny", "--scale", "1.5", "--name",
                             "t", "--root", str(tmp_path)], capsys)  # fmt: skip
-    assert_one_line(code, err, "--scale applies to --preset collab|citation2")
+    assert_one_line(code, err, "--scale must be in (0, 1]")
