@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -108,6 +109,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(train, val, test; default all three)",
     )
     parser.add_argument(
+        "--memory-check",
+        choices=["refuse", "warn", "off"],
+        default="refuse",
+        help="when the predicted peak (`fullgraph plan partition`) exceeds this machine's "
+        "memory: refuse before any work (default), warn and run, or do not check",
+    )
+    parser.add_argument(
         "--force",
         action="store_true",
         help="replace an existing --out if it is a partition fullgraph wrote (anything else "
@@ -146,12 +154,21 @@ def _partition(args: argparse.Namespace) -> int:
         from fullgraph.partition.libmetis import require_libmetis
 
         require_libmetis()
+    from fullgraph.commands.plan_partition import check_partition_memory
+    from fullgraph.memory.model import current_rss_bytes
+
+    floor = current_rss_bytes()  # before the graph: what the plan's stages add to
     if args.pyg is not None:
         from fullgraph.datasets.pyg_input import read_saved
 
         graph = read_saved(args.pyg)
     else:  # read in place: parts are built one by one
         graph = load(args.dataset, args.root, mmap=True, split=args.split)
+    warning = check_partition_memory(
+        graph, args.parts, args.method, args.metis, args.memory_check, floor
+    )
+    if warning is not None:
+        print(f"fullgraph partition: {warning}", file=sys.stderr, flush=True)
     # a link dataset's supervision edges; partition_graph refuses a leak before any work
     link = None if args.pyg is not None else dataset_link_split(args.dataset, args.root)
     # Raises (nothing printed as success) when --out appears meanwhile without --force, and

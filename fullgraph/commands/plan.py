@@ -143,7 +143,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "...` plans a `fullgraph minibatch` run (see `fullgraph plan minibatch --help`)."
         ),
     )
-    from fullgraph.commands import plan_minibatch, plan_project
+    from fullgraph.commands import plan_minibatch, plan_partition, plan_project
     from fullgraph.run.options import add_options
 
     add_options(
@@ -153,9 +153,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("model and optimiser", TrainConfig, ("epochs", "metric")),
     )
     p.set_defaults(func=run_plan)
-    kinds = p.add_subparsers(dest="plan_kind", metavar="[minibatch]", action=OptionsAfter)
+    kinds = p.add_subparsers(
+        dest="plan_kind", metavar="[minibatch|project|partition]", action=OptionsAfter
+    )
     plan_minibatch.register(kinds)
     plan_project.register(kinds)
+    plan_partition.register(kinds)
 
 
 class OptionsAfter(argparse._SubParsersAction):

@@ -1,0 +1,117 @@
+"""The peak resident memory of ``fullgraph partition``, predicted from the graph's sizes.
+
+``fullgraph partition`` reads the graph memory-mapped and holds, at its largest:
+
+- **assign** (the owners): with METIS (``--method metis``; blocks or k-way) METIS's own copy of
+  the graph: ``xadj`` and ``adjncy`` in its index width (4 bytes for a 32-bit libmetis, 8 for
+  pymetis), a weight per constraint and node, the unit edge weights it allocates, and its
+  coarsening hierarchy: every level an adjacency and an edge weight per entry,
+  :data:`METIS_LEVELS` times the input's entries over all levels (measured, below). With
+  KaMinPar, the symmetric CSR it is handed (64-bit: the ParHIP file is written in chunks) and
+  its own graph and buffers, :data:`KAMINPAR_EDGE_BYTES` a stored edge and
+  :data:`KAMINPAR_NODE_BYTES` a node (measured). ``random`` and ``contiguous``: one permutation.
+- **build** (the parts, one after another): the builder's node-sized arrays (owner, order,
+  local ids, a mark, a cursor, the in-degrees: :data:`BUILD_NODE_BYTES` a node), every part's
+  halo ids kept for the send lists (at most the cut edges, 8 bytes each), one part's own arrays
+  (its ids, row pointer, labels, masks, degrees: about 41 bytes per inner node), and the
+  write buffers of :data:`~fullgraph.partition.npy_files.CHUNK_ELEMENTS` values. The graph's
+  mapped pages are dropped after each part.
+
+Plus the process floor (the plan measures its own: the interpreter with the partitioning
+modules imported). The coefficients were measured with ``python -m bench.partitioners`` on
+products-synth and arxiv-synth (docs/partition.md, "The partition's memory plan"); the plan is
+checked there against three sizes. A receptive-field cut (``--cut-hops``) is planned at the
+whole graph's size: its blocks are cut on the whole graph, and the cut graph is smaller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: All levels of METIS's coarsening hierarchy together, in entries per input entry (measured).
+METIS_LEVELS = 3.2
+#: KaMinPar's bytes per stored (directed) edge and per node beyond the CSR it is given.
+KAMINPAR_EDGE_BYTES = 12.0
+KAMINPAR_NODE_BYTES = 64.0
+#: The build's node-sized arrays: owner, order, local ids (8 each), in-degrees (8), the local
+#: id map (8) and the mark (1).
+BUILD_NODE_BYTES = 41
+#: Bytes a part's own arrays take per inner node (ids, row pointer, degrees, labels, masks).
+PART_NODE_BYTES = 41
+#: The builder's write buffers: a chunk of values and its converted copy.
+WRITE_BUFFER_BYTES = 2 * (1 << 24) * 8
+#: Constraints METIS balances (nodes, training nodes, edges).
+CONSTRAINTS = 3
+
+
+@dataclass(frozen=True)
+class PartitionSizes:
+    """What the plan needs of a graph: nodes, stored (directed) edges, feature width."""
+
+    num_nodes: int
+    num_edges: int
+    num_features: int
+
+
+@dataclass(frozen=True)
+class PartitionPeak:
+    """The predicted peak of each stage and the largest, bytes (the floor included)."""
+
+    floor: int
+    assign: int
+    build: int
+
+    @property
+    def total(self) -> int:
+        """The run's peak: the larger stage on top of the floor."""
+        return self.floor + max(self.assign, self.build)
+
+    @property
+    def stage(self) -> str:
+        """The stage that peaks."""
+        return "assign" if self.assign >= self.build else "build"
+
+
+def assign_bytes(sizes: PartitionSizes, method: str, library: str) -> int:
+    """The assignment's memory beyond the floor (see the module docstring).
+
+    Args:
+        sizes: the graph's sizes.
+        method: ``metis``, ``kaminpar``, ``random`` or ``contiguous``.
+        library: METIS's: ``libmetis`` (32-bit) or ``pymetis`` (64-bit); ignored otherwise.
+    """
+    n, e = sizes.num_nodes, sizes.num_edges
+    if method == "metis":
+        idx = 4 if library == "libmetis" else 8
+        graph = idx * (n + 1) + 2 * idx * e + idx * CONSTRAINTS * n
+        return int(graph + METIS_LEVELS * 2 * idx * e + 8 * n)
+    if method == "kaminpar":
+        return int(KAMINPAR_EDGE_BYTES * e + KAMINPAR_NODE_BYTES * n + 8 * (n + 1))
+    return 16 * n  # a permutation and the owners
+
+
+def build_bytes(sizes: PartitionSizes, num_parts: int) -> int:
+    """The build's memory beyond the floor (see the module docstring)."""
+    n, e = sizes.num_nodes, sizes.num_edges
+    per_part = -(-n // max(1, num_parts))
+    halo = min(e, n * max(0, num_parts - 1))
+    return int(BUILD_NODE_BYTES * n + 8 * halo + PART_NODE_BYTES * per_part + WRITE_BUFFER_BYTES)
+
+
+def predict_partition(
+    sizes: PartitionSizes, num_parts: int, method: str, library: str, floor: int
+) -> PartitionPeak:
+    """The predicted peak of ``fullgraph partition`` on a graph of ``sizes``.
+
+    Args:
+        sizes: nodes, stored edges and features of the graph.
+        num_parts: P.
+        method: the partitioning method.
+        library: the METIS library ``--metis`` resolves to (``libmetis`` or ``pymetis``).
+        floor: the process's resident memory before the graph is read, bytes.
+    """
+    return PartitionPeak(
+        floor=int(floor),
+        assign=assign_bytes(sizes, method, library),
+        build=build_bytes(sizes, num_parts),
+    )

@@ -1,0 +1,37 @@
+"""The partition's memory plan: each stage's terms from the sizes (32-bit METIS half of
+pymetis' graph and hierarchy, KaMinPar per edge and node, the build's node arrays and one
+part), the larger stage on the floor."""
+
+from __future__ import annotations
+
+from fullgraph.memory import partition_peak as pp
+
+SIZES = pp.PartitionSizes(num_nodes=1_000_000, num_edges=20_000_000, num_features=100)
+
+
+def test_metis_terms_and_its_index_width() -> None:
+    n, e = SIZES.num_nodes, SIZES.num_edges
+    for library, idx in (("libmetis", 4), ("pymetis", 8)):
+        graph = idx * (n + 1) + 2 * idx * e + idx * pp.CONSTRAINTS * n
+        want = int(graph + pp.METIS_LEVELS * 2 * idx * e + 8 * n)
+        assert pp.assign_bytes(SIZES, "metis", library) == want
+    lib, wide = (pp.assign_bytes(SIZES, "metis", m) for m in ("libmetis", "pymetis"))
+    assert 1.9 < wide / lib < 2.0  # the 64-bit METIS holds about twice as much
+
+
+def test_other_methods_and_the_build() -> None:
+    n, e = SIZES.num_nodes, SIZES.num_edges
+    kp = pp.assign_bytes(SIZES, "kaminpar", "-")
+    assert kp == int(pp.KAMINPAR_EDGE_BYTES * e + pp.KAMINPAR_NODE_BYTES * n + 8 * (n + 1))
+    assert pp.assign_bytes(SIZES, "random", "-") == 16 * n
+    b4, b8 = pp.build_bytes(SIZES, 4), pp.build_bytes(SIZES, 8)
+    assert b8 > b4  # more halo rows kept for the send lists, a smaller part
+    assert b4 >= pp.BUILD_NODE_BYTES * n + pp.WRITE_BUFFER_BYTES
+
+
+def test_the_peak_is_the_larger_stage_on_the_floor() -> None:
+    peak = pp.predict_partition(SIZES, 4, "metis", "libmetis", floor=300 << 20)
+    assert peak.total == peak.floor + max(peak.assign, peak.build)
+    assert peak.stage == "assign"
+    small = pp.predict_partition(pp.PartitionSizes(100, 10, 4), 2, "random", "-", floor=0)
+    assert small.stage == "build" and small.total == small.build
