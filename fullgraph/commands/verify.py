@@ -59,6 +59,11 @@ def _verify(args: argparse.Namespace) -> int:
         f"{summary['total_halo_rows']:,} halo rows with symmetric send/receive maps, "
         f"{summary['files_checked']} checksums match ({source})"
     )
+    if "cut" in meta:
+        from fullgraph.partition.receptive_cut import describe_cut
+
+        how = "made again from the graph and equal" if graph is not None else "its ids and blocks"
+        print(f"OK {describe_cut(meta['cut'])} ({how})")
     if summary["link"] is not None:
         c, k = summary["link"]["counts"], summary["link"]["num_negatives_per_edge"]
         neg = {
