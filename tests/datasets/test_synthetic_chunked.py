@@ -4,15 +4,18 @@ load and partition, atomic writes, one-line refusals."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from cli_run import assert_one_line, run_cli
+from mp_utils import wait_until
 
 import fullgraph.datasets.synthetic_edges as synthetic_edges
-from fullgraph.datasets import load
-from fullgraph.datasets import synthetic_chunked
+from fullgraph.datasets import load, synthetic_chunked
 from fullgraph.datasets.synthetic import generate
 from fullgraph.datasets.synthetic_chunked import write_synthetic
 from fullgraph.partition import load_partition
@@ -73,6 +76,23 @@ def test_interrupted_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(KeyboardInterrupt):
         write_synthetic("tiny", tmp_path, "t")
     assert os.listdir(tmp_path) == []  # no dataset, no temporary directory
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_leaves_nothing(tmp_path: Path) -> None:
+    """SIGTERM while the edges are drawn: the CLI's clean-ups remove the temporary directory."""
+    cmd = [sys.executable, "-m", "fullgraph.cli", "data", "synth", "--preset", "papers"]
+    cmd += ["--scale", "0.01", "--format", "npy", "--name", "p", "--root", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+
+    def drawing() -> bool:
+        return any(p.stat().st_size for p in tmp_path.glob(".p.tmp-*/scratch/bucket-*"))
+
+    wait_until(lambda: drawing() or proc.poll() is not None, 90, "edges being drawn")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert os.listdir(tmp_path) == []
 
 
 def test_force_replaces_only_a_synth_dataset(tmp_path: Path, capsys) -> None:
