@@ -10,9 +10,12 @@ test_synthetic_chunked.py``) and writes it in the ``npy`` layout
   ``min``); after a round of draws each bucket is read, sorted and made distinct alone, so the
   concatenation of the buckets is the in-memory path's sorted distinct keys; the surplus is
   dropped while streaming them into one key file.
-- **CSR**: degrees counted over the key file, then one pass that scatters both directions of a
-  chunk of keys into the memory-mapped ``indices.npy`` at each row's cursor. Keys ascend, so
-  every row's sources arrive ascending: no sort of the whole graph.
+- **CSR**: degrees counted over the key file, then the rows in ranges of at most
+  :data:`ROW_BUFFER` entries, each filled in memory from the keys below its end (both
+  directions of each key, at each row's cursor) and written once, in order, to
+  ``indices.npy``. Keys ascend, so every row's sources arrive ascending: no sort of the whole
+  graph, no random writes to disk; the key file is read ``2 M / ROW_BUFFER`` times, about
+  half of it each time.
 - **features**: drawn a block of rows at a time and written to the memory-mapped ``x.npy``
   (float32, or float16 to halve the file; the reader widens).
 
@@ -56,6 +59,7 @@ from fullgraph.datasets.synthetic import (
 )
 from fullgraph.datasets.synthetic_edges import CHUNK, draw_edges, sorted_distinct
 from fullgraph.errors import ConfigError
+from fullgraph.resources import drop_resident_pages
 
 __all__ = ["BUCKET_KEYS", "KeysOnDisk", "write_synthetic"]
 
@@ -64,7 +68,9 @@ log = logging.getLogger(__name__)
 #: Keys a bucket is sized for (int64: 128 MiB), read and sorted alone.
 BUCKET_KEYS = 1 << 24
 #: Bytes written into a map between flushes that unmap them from this process.
-RELEASE_BYTES = 256 << 20
+RELEASE_BYTES = 64 << 20
+#: CSR entries (int64) filled in memory at a time: a range of rows, written once.
+ROW_BUFFER = 1 << 25
 #: Bytes per node the generator keeps in memory (measured bound, docs/datasets.md).
 NODE_STATE_BYTES = 160
 #: Bytes of chunk-sized buffers besides (a bucket being sorted, a chunk being scattered).
@@ -136,11 +142,12 @@ class KeysOnDisk:
             self.counts[i] = int(keys.shape[0])
         return sum(self.counts)
 
-    def finish(self, drops: Iterator[np.ndarray]) -> np.memmap:
-        """The distinct keys without the positions ``drops`` yields, as a read-only map."""
+    def finish(self, drops: Iterator[np.ndarray]) -> tuple[Path, int]:
+        """The distinct keys without the positions ``drops`` yields, in one file:
+        ``(its path, the number of keys)``."""
         pending = [np.empty(0, dtype=np.int64)]
         path = self.scratch / "keys.bin"
-        offset = 0
+        offset = kept = 0
         with open(path, "wb") as out:
             for f, count in zip(self.files, self.counts, strict=True):
                 keys = np.fromfile(f, dtype=np.int64)
@@ -158,20 +165,51 @@ class KeysOnDisk:
                     keep[mine] = False
                     keys = keys[keep]
                 keys.tofile(out)
+                kept += keys.shape[0]
                 f.unlink()
                 offset = end
-        return np.memmap(path, dtype=np.int64, mode="r")
+        return path, kept
 
 
-def _key_chunks(keys: np.ndarray) -> Iterator[np.ndarray]:
-    for s in range(0, keys.shape[0], CHUNK):
-        yield np.asarray(keys[s : s + CHUNK])
+def _key_chunks(path: Path, stop: int) -> Iterator[np.ndarray]:
+    """The first ``stop`` keys of the key file, :data:`CHUNK` at a time (read, not mapped)."""
+    with open(path, "rb") as f:
+        for s in range(0, stop, CHUNK):
+            yield np.fromfile(f, dtype=np.int64, count=min(CHUNK, stop - s))
 
 
-def _write_csr(keys: np.ndarray, n: int, arrays: Path, bar: tqdm) -> int:
-    """``indptr.npy`` and ``indices.npy`` of the symmetric graph of the sorted ``keys``."""
+def _keys_below(path: Path, key: int) -> int:
+    """How many keys of the (sorted) key file are below ``key``."""
+    keys = np.memmap(path, dtype=np.int64, mode="r")
+    try:
+        return int(np.searchsorted(keys, key))
+    finally:
+        drop_resident_pages(keys)
+        del keys
+
+
+def _row_entries(chunk: np.ndarray, n: int, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, sources)`` of a chunk's entries in rows ``[r0, r1)``, sorted by row then source:
+    both directions of every key ``lo * n + hi``."""
+    lo, hi = np.divmod(chunk, np.int64(n))
+    up = (hi >= r0) & (hi < r1)  # row hi, source lo
+    down = (lo >= r0) & (lo < r1)  # row lo, source hi
+    rows = np.concatenate([hi[up], lo[down]])
+    srcs = np.concatenate([lo[up], hi[down]])
+    del lo, hi, up, down
+    order = np.argsort(rows * np.int64(n) + srcs)
+    return rows[order], srcs[order]
+
+
+def _write_csr(path: Path, count: int, n: int, arrays: Path, bar: tqdm) -> int:
+    """``indptr.npy`` and ``indices.npy`` of the symmetric graph of the sorted key file.
+
+    Degrees first (one pass), then the rows in ranges of at most :data:`ROW_BUFFER` entries:
+    each range is filled in memory from the keys that touch it (those below its end) and
+    written once, in order. Every row's sources arrive ascending, since keys ascend.
+    """
     degree = np.zeros(n, dtype=np.int64)
-    for chunk in _key_chunks(keys):
+    for chunk in _key_chunks(path, count):
         for ends in np.divmod(chunk, np.int64(n)):  # counted sorted: no N-sized temporary
             ends.sort()
             first = np.flatnonzero(np.concatenate([[True], ends[1:] != ends[:-1]]))
@@ -182,28 +220,28 @@ def _write_csr(keys: np.ndarray, n: int, arrays: Path, bar: tqdm) -> int:
     np.save(arrays / "indptr.npy", indptr)
     nnz = int(indptr[-1])
     indices = np.lib.format.open_memmap(arrays / "indices.npy", "w+", np.int64, (nnz,))
-    cursor = indptr[:-1].copy()
-    del indptr
-    written = 0
-    for chunk in _key_chunks(keys):
-        lo, hi = np.divmod(chunk, np.int64(n))
-        rows = np.concatenate([hi, lo])
-        srcs = np.concatenate([lo, hi])
-        del lo, hi
-        order = np.argsort(rows * np.int64(n) + srcs)
-        rows, srcs = rows[order], srcs[order]
-        del order
-        first = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
-        sizes = np.diff(np.append(first, rows.shape[0]))
-        rank = np.arange(rows.shape[0]) - np.repeat(first, sizes)
-        indices[cursor[rows] + rank] = srcs
-        cursor[rows[first]] += sizes
-        written += rows.shape[0] * 8
-        if written >= RELEASE_BYTES:
-            _release(indices)
-            written = 0
-        bar.update(chunk.shape[0])
-    _release(indices)
+    r0 = 0
+    while r0 < n:
+        r1 = int(np.searchsorted(indptr, indptr[r0] + ROW_BUFFER, side="right")) - 1
+        r1 = min(n, max(r1, r0 + 1))
+        base = int(indptr[r0])
+        buf = np.empty(int(indptr[r1]) - base, dtype=np.int64)
+        cursor = indptr[r0:r1] - base
+        for chunk in _key_chunks(path, _keys_below(path, r1 * n)):
+            rows, srcs = _row_entries(chunk, n, r0, r1)
+            if rows.size == 0:
+                continue
+            first = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
+            sizes = np.diff(np.append(first, rows.shape[0]))
+            rank = np.arange(rows.shape[0]) - np.repeat(first, sizes)
+            buf[cursor[rows - r0] + rank] = srcs
+            cursor[rows[first] - r0] += sizes
+            del rows, srcs, first, sizes, rank
+        indices[base : int(indptr[r1])] = buf
+        _release(indices)
+        bar.update(buf.shape[0])
+        del buf, cursor
+        r0 = r1
     del indices
     return nnz
 
@@ -284,9 +322,9 @@ def write_synthetic(
                 progress=bar.update,
             )
         del sampler
-        with _bar(int(keys.shape[0]), "csr", "edge") as bar:
-            _write_csr(keys, n, arrays, bar)
-        del keys
+        path, count = keys
+        with _bar(2 * count, "csr", "entry") as bar:
+            _write_csr(path, count, n, arrays, bar)
         shutil.rmtree(scratch)
         _write_features(cfg, rng_feat, y, arrays, feature_dtype)
         labelled = labelled_nodes(cfg, seed, block)

@@ -28,9 +28,11 @@ SCALE = 1 / 20000
 def test_chunked_equals_in_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preset: str, scale: float
 ) -> None:
-    """Many small buckets and surplus blocks: drops fall across bucket boundaries."""
+    """Many small buckets, surplus blocks and row ranges: drops fall across bucket
+    boundaries, keys feed several ranges."""
     monkeypatch.setattr(synthetic_chunked, "BUCKET_KEYS", 1 << 11)
     monkeypatch.setattr(synthetic_chunked, "RELEASE_BYTES", 1 << 16)
+    monkeypatch.setattr(synthetic_chunked, "ROW_BUFFER", 1 << 12)  # many row ranges
     monkeypatch.setattr(synthetic_edges, "SURPLUS_BLOCK", 1 << 10)
     want = generate(preset, seed=3, scale=scale)
     path = write_synthetic(preset, tmp_path, "g", seed=3, scale=scale)
