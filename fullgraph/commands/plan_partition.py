@@ -73,14 +73,14 @@ def check_partition_memory(
 
     have = machine_memory_bytes() if memory is None else memory
     peak, library = plan_graph(graph, parts, method, metis, floor)
-    if peak.total <= have:
+    if peak.needed <= have:
         return None
     what = f"{method} ({library})" if method == "metis" else method
     line = (
         f"memory plan: partitioning {graph.name} ({graph.num_nodes:,} nodes, "
-        f"{graph.num_edges:,} edges) into {parts} parts with {what} would peak at "
-        f"{peak.total / GIB:.2f} GiB ({peak.stage}), more than this machine's {have / GIB:.2f} "
-        f"GiB"
+        f"{graph.num_edges:,} edges) into {parts} parts with {what} would need "
+        f"{peak.needed / GIB:.2f} GiB ({peak.stage}, besides the graph's mapped pages), more "
+        f"than this machine's {have / GIB:.2f} GiB"
     )
     if check == "refuse":
         advice = ADVICE.get(method, "use a machine with more memory")
@@ -132,13 +132,16 @@ def run_plan_partition(args: argparse.Namespace) -> int:
         f"parts with {what}; predicted peak resident memory, MiB:"
     )
     print(f"  process floor {mib(peak.floor):>8}  (this process before reading the graph)")
-    print(f"  assign        {mib(peak.assign):>8}")
-    print(f"  build parts   {mib(peak.build):>8}")
-    print(f"  peak          {mib(peak.total):>8}  ({peak.stage}; this machine: {mib(have)} MiB)")
-    if peak.total > have:
+    print(f"  assign        {mib(peak.assign):>8}  + {mib(peak.assign_mapped)} mapped")
+    print(f"  build parts   {mib(peak.build):>8}  + {mib(peak.build_mapped)} mapped")
+    print(
+        f"  peak          {mib(peak.total):>8}  ({peak.stage}, mapped pages included; without "
+        f"them {mib(peak.needed)}: what must fit in this machine's {mib(have)} MiB)"
+    )
+    if peak.needed > have:
         advice = ADVICE.get(args.method, "use a machine with more memory")
         raise ConfigError(
-            f"memory plan: the partition would peak at {peak.total / GIB:.2f} GiB, more than "
+            f"memory plan: the partition would need {peak.needed / GIB:.2f} GiB, more than "
             f"{have / GIB:.2f} GiB; {advice}"
         )
     print("fits")

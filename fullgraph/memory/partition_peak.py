@@ -14,8 +14,13 @@
   local ids, a mark, a cursor, the in-degrees: :data:`BUILD_NODE_BYTES` a node), every part's
   halo ids kept for the send lists (at most the cut edges, 8 bytes each), one part's own arrays
   (its ids, row pointer, labels, masks, degrees: about 41 bytes per inner node), and the
-  write buffers of :data:`~fullgraph.partition.npy_files.CHUNK_ELEMENTS` values. The graph's
-  mapped pages are dropped after each part.
+  write buffers of :data:`~fullgraph.partition.build.CHUNK_ELEMENTS` values; and the graph's
+  mapped pages one part reads (dropped after each part; a part's rows lie all over the graph,
+  so up to all of them).
+
+The mapped pages count in the resident set but are clean file pages the kernel takes back
+under pressure: :attr:`PartitionPeak.total` counts them (what ``/usr/bin/time`` reports),
+:attr:`PartitionPeak.needed` (what must fit) does not.
 
 Plus the process floor (the plan measures its own: the interpreter with the partitioning
 modules imported). The coefficients were measured with ``python -m bench.partitioners`` on
@@ -30,8 +35,9 @@ from dataclasses import dataclass
 
 #: All levels of METIS's coarsening hierarchy together, in entries per input entry (measured).
 METIS_LEVELS = 3.2
-#: KaMinPar's bytes per stored (directed) edge and per node beyond the CSR it is given.
-KAMINPAR_EDGE_BYTES = 12.0
+#: KaMinPar's own bytes per stored (directed) edge and per node, beyond the mapped CSR it is
+#: given (measured).
+KAMINPAR_EDGE_BYTES = 19.0
 KAMINPAR_NODE_BYTES = 64.0
 #: The build's node-sized arrays: owner, order, local ids (8 each), in-degrees (8), the local
 #: id map (8) and the mark (1).
@@ -55,21 +61,38 @@ class PartitionSizes:
 
 @dataclass(frozen=True)
 class PartitionPeak:
-    """The predicted peak of each stage and the largest, bytes (the floor included)."""
+    """The predicted peak of each stage, bytes: its own memory (``assign``, ``build``) and
+    the graph's memory-mapped pages it has resident (``*_mapped``: counted in the resident set,
+    but clean file pages the kernel reclaims under pressure)."""
 
     floor: int
     assign: int
     build: int
+    assign_mapped: int = 0
+    build_mapped: int = 0
 
     @property
     def total(self) -> int:
-        """The run's peak: the larger stage on top of the floor."""
+        """The run's peak resident set: the larger stage, mapped pages included, on the floor."""
+        return self.floor + max(self.assign + self.assign_mapped, self.build + self.build_mapped)
+
+    @property
+    def needed(self) -> int:
+        """What must fit in memory: the floor and the larger stage's own memory."""
         return self.floor + max(self.assign, self.build)
 
     @property
     def stage(self) -> str:
         """The stage that peaks."""
-        return "assign" if self.assign >= self.build else "build"
+        a, b = self.assign + self.assign_mapped, self.build + self.build_mapped
+        return "assign" if a >= b else "build"
+
+
+def graph_bytes(sizes: PartitionSizes) -> int:
+    """The graph's arrays on disk (row pointer, sources, features, labels, masks), what a
+    part whose rows lie all over the graph reads pages of."""
+    n, e = sizes.num_nodes, sizes.num_edges
+    return 8 * (n + 1) + 8 * e + 4 * n * sizes.num_features + 8 * n + 3 * n
 
 
 def assign_bytes(sizes: PartitionSizes, method: str, library: str) -> int:
@@ -86,7 +109,7 @@ def assign_bytes(sizes: PartitionSizes, method: str, library: str) -> int:
         graph = idx * (n + 1) + 2 * idx * e + idx * CONSTRAINTS * n
         return int(graph + METIS_LEVELS * 2 * idx * e + 8 * n)
     if method == "kaminpar":
-        return int(KAMINPAR_EDGE_BYTES * e + KAMINPAR_NODE_BYTES * n + 8 * (n + 1))
+        return int(KAMINPAR_EDGE_BYTES * e + KAMINPAR_NODE_BYTES * n)
     return 16 * n  # a permutation and the owners
 
 
@@ -110,8 +133,12 @@ def predict_partition(
         library: the METIS library ``--metis`` resolves to (``libmetis`` or ``pymetis``).
         floor: the process's resident memory before the graph is read, bytes.
     """
+    n, e = sizes.num_nodes, sizes.num_edges
     return PartitionPeak(
         floor=int(floor),
         assign=assign_bytes(sizes, method, library),
         build=build_bytes(sizes, num_parts),
+        # KaMinPar's ParHIP file is written from the mapped CSR; METIS copies it and drops it
+        assign_mapped=8 * (n + 1 + e) if method == "kaminpar" else 0,
+        build_mapped=graph_bytes(sizes),
     )

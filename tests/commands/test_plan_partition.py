@@ -42,14 +42,14 @@ def test_the_plan_prints_every_stage(root, capsys) -> None:
         ],
         capsys,
     )
-    assert_one_line(code, err, "memory plan: the partition would peak at", "--method kaminpar")
+    assert_one_line(code, err, "memory plan: the partition would need", "--method kaminpar")
 
 
 def test_partition_refuses_what_will_not_fit(root, tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setattr(memory_plan, "machine_memory_bytes", lambda: 10 << 20)
     base = ["partition", "--dataset", "tiny", "--root", str(root), "--parts", "2"]
     code, _, err = run_cli([*base, "--out", str(tmp_path / "a")], capsys)
-    assert_one_line(code, err, "would peak at", "more than this machine's", "--memory-check warn")
+    assert_one_line(code, err, "would need", "more than this machine's", "--memory-check warn")
     assert not (tmp_path / "a").exists()
     code, _, err = run_cli([*base, "--out", str(tmp_path / "b"), "--memory-check", "warn"], capsys)
     assert code == 0 and "warning: memory plan: partitioning tiny" in err, err

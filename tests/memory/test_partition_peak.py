@@ -22,7 +22,7 @@ def test_metis_terms_and_its_index_width() -> None:
 def test_other_methods_and_the_build() -> None:
     n, e = SIZES.num_nodes, SIZES.num_edges
     kp = pp.assign_bytes(SIZES, "kaminpar", "-")
-    assert kp == int(pp.KAMINPAR_EDGE_BYTES * e + pp.KAMINPAR_NODE_BYTES * n + 8 * (n + 1))
+    assert kp == int(pp.KAMINPAR_EDGE_BYTES * e + pp.KAMINPAR_NODE_BYTES * n)
     assert pp.assign_bytes(SIZES, "random", "-") == 16 * n
     b4, b8 = pp.build_bytes(SIZES, 4), pp.build_bytes(SIZES, 8)
     assert b8 > b4  # more halo rows kept for the send lists, a smaller part
@@ -31,7 +31,12 @@ def test_other_methods_and_the_build() -> None:
 
 def test_the_peak_is_the_larger_stage_on_the_floor() -> None:
     peak = pp.predict_partition(SIZES, 4, "metis", "libmetis", floor=300 << 20)
-    assert peak.total == peak.floor + max(peak.assign, peak.build)
-    assert peak.stage == "assign"
+    assert peak.assign_mapped == 0 and peak.build_mapped == pp.graph_bytes(SIZES)
+    assert peak.total == peak.floor + max(peak.assign, peak.build + peak.build_mapped)
+    assert peak.needed == peak.floor + max(peak.assign, peak.build) <= peak.total
+    assign_larger = peak.assign > peak.build + peak.build_mapped
+    assert peak.stage == ("assign" if assign_larger else "build")
+    kp = pp.predict_partition(SIZES, 4, "kaminpar", "-", floor=0)
+    assert kp.assign_mapped == 8 * (SIZES.num_nodes + 1 + SIZES.num_edges)
     small = pp.predict_partition(pp.PartitionSizes(100, 10, 4), 2, "random", "-", floor=0)
-    assert small.stage == "build" and small.total == small.build
+    assert small.stage == "build" and small.total == small.build + small.build_mapped
