@@ -7,8 +7,10 @@ list lengths), divided by N / P. On a symmetric graph the rows part ``p`` sends 
 rows ``q`` receives from ``p``, so this is the partition report's "rows exchanged per layer" (the
 total halo rows, ``partition/report.py``) divided by N. METIS runs as ``fullgraph partition``
 runs it (:func:`fullgraph.partition.assign.assign_parts`, seed 0), without writing parts.
-``--accuracy`` adds test accuracy of a 2-layer GCN and of a feature-only MLP (hidden 64, Adam
-0.01, weight decay 5e-4, dropout 0.5, best validation over ``--epochs``).
+Graphs with unlabelled nodes (``papers``) add the labelled fraction and the labelled
+nodes' clustering (:func:`labelled_neighbour_share`); homophily counts edges between labelled
+nodes only. ``--accuracy`` adds test accuracy of a 2-layer GCN and of a feature-only MLP
+(hidden 64, Adam 0.01, weight decay 5e-4, dropout 0.5, best validation over ``--epochs``).
 
 Rows go to ``bench/results/synthetic_stats.csv`` (long format, ``bench/common.py``).
 
@@ -17,6 +19,7 @@ Usage::
     python -m bench.synthetic_stats --presets arxiv arxiv-stress --parts 4 8 --accuracy
     python -m bench.synthetic_stats --presets products --parts 4        # ~10 GiB, minutes
     python -m bench.synthetic_stats --dataset arxiv-synth --root /tmp/fg-data
+    python -m bench.synthetic_stats --presets papers --scale 0.0078125 --parts   # degrees only
 """
 
 from __future__ import annotations
@@ -64,9 +67,20 @@ def degree_stats(indptr: np.ndarray) -> dict[str, float]:
 
 
 def homophily(graph: object) -> float:
-    """Fraction of (directed) edges whose ends carry the same label."""
+    """Fraction of (directed) edges whose ends carry the same label, among the edges whose
+    ends are both labelled (every edge when every node is)."""
     dst = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
-    return float((graph.y[dst] == graph.y[graph.indices]).mean())
+    a, b = graph.y[dst], graph.y[graph.indices]
+    both = (a >= 0) & (b >= 0)
+    return float((a[both] == b[both]).mean())
+
+
+def labelled_neighbour_share(graph: object) -> float:
+    """Over the edges into labelled nodes, the fraction whose source is labelled too: the
+    labelled nodes' clustering, against the labelled fraction for labels placed at random."""
+    labelled = graph.y >= 0
+    dst = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
+    return float(labelled[graph.indices[labelled[dst]]].mean())
 
 
 def accuracy(graph: object, use_graph: bool, epochs: int, seed: int = 0) -> float:
@@ -137,6 +151,9 @@ def measure(graph: object, name: str, args: argparse.Namespace, out: CSVWriter) 
     for key, value in degree_stats(graph.indptr).items():
         row("in_degree", "edges", key, value)
     row("edge_homophily", "fraction", "-", homophily(graph))
+    if (graph.y < 0).any():  # unlabelled nodes: how many are labelled, and how they cluster
+        row("labelled_fraction", "fraction", "-", float((graph.y >= 0).mean()))
+        row("labelled_neighbour_share", "fraction", "-", labelled_neighbour_share(graph))
     for p in args.parts:
         t0 = time.perf_counter()
         notes: list[str] = []
@@ -159,6 +176,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--presets", nargs="*", default=[], help="synthetic presets to generate")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    parser.add_argument("--scale", type=float, default=1.0, help="--presets at this scale")
     parser.add_argument("--dataset", help="a dataset on disk instead (with --root)")
     parser.add_argument("--root", type=Path, help="dataset root for --dataset")
     parser.add_argument("--parts", type=int, nargs="*", default=[4, 8], help="METIS P values")
@@ -179,8 +197,9 @@ def main() -> None:
     for preset in args.presets:
         from fullgraph.datasets.synthetic import generate
 
-        graph = generate(preset, seed=args.seed)
-        measure(graph, f"synth-{preset}", args, out)
+        graph = generate(preset, seed=args.seed, scale=args.scale)
+        tag = "" if args.scale == 1 else f"@{args.scale:g}"
+        measure(graph, f"synth-{preset}{tag}", args, out)
         del graph
     if args.dataset:
         from fullgraph.datasets import load
