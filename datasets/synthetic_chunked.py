@@ -10,12 +10,11 @@ test_synthetic_chunked.py``) and writes it in the ``npy`` layout
   ``min``); after a round of draws each bucket is read, sorted and made distinct alone, so the
   concatenation of the buckets is the in-memory path's sorted distinct keys; the surplus is
   dropped while streaming them into one key file.
-- **CSR**: degrees counted over the key file, then the rows in ranges of at most
-  :data:`ROW_BUFFER` entries, each filled in memory from the keys below its end (both
-  directions of each key, at each row's cursor) and written once, in order, to
-  ``indices.npy``. Keys ascend, so every row's sources arrive ascending: no sort of the whole
-  graph, no random writes to disk; the key file is read ``2 M / ROW_BUFFER`` times, about
-  half of it each time.
+- **CSR**: degrees counted over the key file; the keys transposed (``hi * N + lo``, bucketed
+  by ``hi`` and sorted bucket by bucket like the draws); then the rows in ranges of at most
+  :data:`ROW_BUFFER` entries, each filled in memory from one contiguous run of each file (a
+  row's sources below it, then above it, both ascending) and written once, in order, to
+  ``indices.npy``: every file is read sequentially, a bounded number of times.
 - **features**: drawn a block of rows at a time and written to the memory-mapped ``x.npy``
   (float32, or float16 to halve the file; the reader widens).
 
@@ -100,6 +99,18 @@ def _release(array: np.memmap) -> None:
             pass
 
 
+def _append_by_range(files: list[Path], bounds: np.ndarray, keys: np.ndarray) -> None:
+    """Append each key to ``files[i]`` for the range ``bounds[i - 1] <= key < bounds[i]``."""
+    which = np.searchsorted(bounds, keys, side="right")
+    order = np.argsort(which, kind="stable")
+    keys, which = keys[order], which[order]
+    cuts = np.searchsorted(which, np.arange(len(files) + 1))
+    for i, f in enumerate(files):
+        if cuts[i + 1] > cuts[i]:
+            with open(f, "ab") as out:
+                keys[cuts[i] : cuts[i + 1]].tofile(out)
+
+
 class KeysOnDisk:
     """The distinct keys drawn so far, in bucket files by key range (for :func:`draw_edges`).
 
@@ -123,14 +134,7 @@ class KeysOnDisk:
 
     def add(self, keys: np.ndarray) -> None:
         """Append a chunk of keys to the files of their buckets."""
-        which = np.searchsorted(self.bounds, keys, side="right")
-        order = np.argsort(which, kind="stable")
-        keys, which = keys[order], which[order]
-        cuts = np.searchsorted(which, np.arange(len(self.files) + 1))
-        for i, f in enumerate(self.files):
-            if cuts[i + 1] > cuts[i]:
-                with open(f, "ab") as out:
-                    keys[cuts[i] : cuts[i + 1]].tofile(out)
+        _append_by_range(self.files, self.bounds, keys)
 
     def merge(self) -> int:
         """Sort each bucket and drop its duplicates; the number of distinct keys."""
@@ -171,10 +175,11 @@ class KeysOnDisk:
         return path, kept
 
 
-def _key_chunks(path: Path, stop: int) -> Iterator[np.ndarray]:
-    """The first ``stop`` keys of the key file, :data:`CHUNK` at a time (read, not mapped)."""
+def _key_chunks(path: Path, start: int, stop: int) -> Iterator[np.ndarray]:
+    """Keys ``start:stop`` of a key file, :data:`CHUNK` at a time (read, not mapped)."""
     with open(path, "rb") as f:
-        for s in range(0, stop, CHUNK):
+        f.seek(8 * start)
+        for s in range(start, stop, CHUNK):
             yield np.fromfile(f, dtype=np.int64, count=min(CHUNK, stop - s))
 
 
@@ -188,28 +193,38 @@ def _keys_below(path: Path, key: int) -> int:
         del keys
 
 
-def _row_entries(chunk: np.ndarray, n: int, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(rows, sources)`` of a chunk's entries in rows ``[r0, r1)``, sorted by row then source:
-    both directions of every key ``lo * n + hi``."""
-    lo, hi = np.divmod(chunk, np.int64(n))
-    up = (hi >= r0) & (hi < r1)  # row hi, source lo
-    down = (lo >= r0) & (lo < r1)  # row lo, source hi
-    rows = np.concatenate([hi[up], lo[down]])
-    srcs = np.concatenate([lo[up], hi[down]])
-    del lo, hi, up, down
-    order = np.argsort(rows * np.int64(n) + srcs)
-    return rows[order], srcs[order]
+def _transpose(path: Path, count: int, n: int, scratch: Path) -> Path:
+    """The keys ``lo * n + hi`` of ``path`` as ``hi * n + lo``, sorted, in one file: bucket
+    files by range of ``hi``, each sorted alone."""
+    buckets = max(1, math.ceil(1.25 * count / BUCKET_KEYS))
+    q = np.arange(1, buckets) / buckets  # P(max < a) = (a / N)^2 for random pairs
+    bounds = np.unique(np.floor(n * np.sqrt(q)).astype(np.int64)) * np.int64(n)
+    files = [scratch / f"rev-{i}.bin" for i in range(bounds.shape[0] + 1)]
+    for f in files:
+        f.touch()
+    for chunk in _key_chunks(path, 0, count):
+        lo, hi = np.divmod(chunk, np.int64(n))
+        _append_by_range(files, bounds, hi * np.int64(n) + lo)
+    out = scratch / "rev.bin"
+    with open(out, "wb") as sink:
+        for f in files:
+            keys = np.fromfile(f, dtype=np.int64)
+            keys.sort()
+            keys.tofile(sink)
+            f.unlink()
+    return out
 
 
 def _write_csr(path: Path, count: int, n: int, arrays: Path, bar: tqdm) -> int:
     """``indptr.npy`` and ``indices.npy`` of the symmetric graph of the sorted key file.
 
-    Degrees first (one pass), then the rows in ranges of at most :data:`ROW_BUFFER` entries:
-    each range is filled in memory from the keys that touch it (those below its end) and
-    written once, in order. Every row's sources arrive ascending, since keys ascend.
+    Row ``v`` holds the ``lo`` of the keys ``(lo, v)`` (ascending, all below ``v``), then the
+    ``hi`` of the keys ``(v, hi)`` (ascending, above): contiguous runs of the transposed key
+    file and of the key file. Rows go in ranges of at most :data:`ROW_BUFFER` entries, each
+    filled in memory from its two runs and written once, in order.
     """
     degree = np.zeros(n, dtype=np.int64)
-    for chunk in _key_chunks(path, count):
+    for chunk in _key_chunks(path, 0, count):
         for ends in np.divmod(chunk, np.int64(n)):  # counted sorted: no N-sized temporary
             ends.sort()
             first = np.flatnonzero(np.concatenate([[True], ends[1:] != ends[:-1]]))
@@ -219,6 +234,7 @@ def _write_csr(path: Path, count: int, n: int, arrays: Path, bar: tqdm) -> int:
     del degree
     np.save(arrays / "indptr.npy", indptr)
     nnz = int(indptr[-1])
+    rev = _transpose(path, count, n, path.parent)
     indices = np.lib.format.open_memmap(arrays / "indices.npy", "w+", np.int64, (nnz,))
     r0 = 0
     while r0 < n:
@@ -227,22 +243,24 @@ def _write_csr(path: Path, count: int, n: int, arrays: Path, bar: tqdm) -> int:
         base = int(indptr[r0])
         buf = np.empty(int(indptr[r1]) - base, dtype=np.int64)
         cursor = indptr[r0:r1] - base
-        for chunk in _key_chunks(path, _keys_below(path, r1 * n)):
-            rows, srcs = _row_entries(chunk, n, r0, r1)
-            if rows.size == 0:
-                continue
-            first = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
-            sizes = np.diff(np.append(first, rows.shape[0]))
-            rank = np.arange(rows.shape[0]) - np.repeat(first, sizes)
-            buf[cursor[rows - r0] + rank] = srcs
-            cursor[rows[first] - r0] += sizes
-            del rows, srcs, first, sizes, rank
+        lo_key, hi_key = r0 * n, r1 * n
+        for run in (rev, path):  # sources below the row, then above: ascending
+            start, stop = _keys_below(run, lo_key), _keys_below(run, hi_key)
+            for chunk in _key_chunks(run, start, stop):
+                rows, srcs = np.divmod(chunk, np.int64(n))  # sorted by (row, source)
+                first = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
+                sizes = np.diff(np.append(first, rows.shape[0]))
+                rank = np.arange(rows.shape[0]) - np.repeat(first, sizes)
+                buf[cursor[rows - r0] + rank] = srcs
+                cursor[rows[first] - r0] += sizes
+                del rows, srcs, first, sizes, rank
         indices[base : int(indptr[r1])] = buf
         _release(indices)
         bar.update(buf.shape[0])
         del buf, cursor
         r0 = r1
     del indices
+    rev.unlink()
     return nnz
 
 
