@@ -5,15 +5,17 @@ For every case (a synthetic graph at a size, partitioned into ``P`` METIS parts)
 - the prediction: :func:`fullgraph.memory.projection.project` on the partition's
   ``meta.json`` (what ``fullgraph plan project --parts DIR`` prints), with the process floor
   (:func:`~fullgraph.memory.model.measure_floor`) and the per-edge and per-row costs
-  (:func:`~fullgraph.memory.cost_probe.probe_costs`: the model's training steps on two random
-  graphs of the part's rows, and a two-rank run for the per-halo-row cost) measured just
-  before the run, one thread a rank (a rank's share of this machine's cores at ``P`` ranks);
+  (:func:`~fullgraph.memory.cost_probe.probe_costs`: the model's training steps in one process
+  on part 0's inner rows with all their edges and every 8th, and two-rank runs on random
+  graphs for the per-halo-row cost and the sharing factor) measured just before the run, one
+  thread a rank (a rank's share of this machine's cores at ``P`` ranks);
 - the measurement: ``mpirun -n P fullgraph train --parts DIR ... --log-json`` (the memory
   model bench's wrapper gives every rank's peak RSS), epoch time the median of the training
   steps after the first (``epoch_s``, the slowest rank's; evaluation is not in it), halo bytes
   of an epoch that does not evaluate (summed over ranks, against the replay's).
 
-Cases run under ``flock /tmp/fullgraph-bigjob.lock``. Writes ``OUT/projection_check.csv`` and
+Every case (probe and run) holds ``/tmp/fullgraph-bigjob.lock`` (one big job at a time on a
+shared machine). Writes ``OUT/projection_check.csv`` and
 prints one line per case: predicted, measured, measured / predicted (target 0.85-1.15).
 
 Timing on a shared machine: every case waits (up to ``--max-wait`` s) for the 1-minute load
@@ -28,6 +30,7 @@ arxiv:0.5,arxiv:1,products:0.25``.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import statistics
@@ -36,7 +39,7 @@ import time
 from pathlib import Path
 
 from bench.common import CSVWriter
-from bench.memory_model import measure
+from bench.memory_model import LOCK, measure
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,6 +113,8 @@ def main() -> None:
         graph = GraphShape.from_meta(meta)
         share = meta["num_train_global"] / meta["num_nodes"]
         floor = measure_floor(cfg, graph.num_features, graph.num_classes)
+        lock = open(LOCK, "a")  # held for the case (probe and run), released below
+        fcntl.flock(lock, fcntl.LOCK_EX)
         load = wait_quiet(a.quiet_load, a.max_wait)
         costs = probe_costs(
             cfg,
@@ -120,13 +125,16 @@ def main() -> None:
             train_share=share,
             bandwidth=a.bandwidth * 1e9,
             halo=not a.no_halo_probe,
+            parts=str(parts),  # part 0's inner rows alone, one process: the graph's locality
         )
         ranks = project(graph, cfg, floor, costs, a.ranks)  # the ranks share this machine
         log = root / f"{parts.name}.jsonl"
         log.unlink(missing_ok=True)
         log.with_suffix(".model.pt").unlink(missing_ok=True)  # the run's model file beside it
         train = [*model, "--epochs", str(a.epochs), "--eval-every", "1000", "--log-json", str(log)]
-        peaks = measure(parts, a.ranks, train, big=True)
+        peaks = measure(parts, a.ranks, train, big=False)  # the lock is held here
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
         recs = epochs_of(log)
         step = min(r["epoch_s"] for r in recs[1:])
         middle = statistics.median(r["epoch_s"] for r in recs[1:])

@@ -115,6 +115,12 @@ class ProjectOptions(Config):
         "threads of a rank while the costs are measured (default: this machine's cores / K)",
         check=number(low=1, integer=True, optional=True),
     )
+    probe_parts: str | None = option(
+        None,
+        "measure the per-edge and per-row costs on this partition's part 0 (a graph like the "
+        "one projected; default: --parts, else random graphs, an upper bound)",
+        metavar="DIR",
+    )
     probe_rows: int | None = option(
         None,
         "rows of the cost probe's graphs (default: a part's, at most 262144)",
@@ -195,6 +201,7 @@ def _costs(opts: ProjectOptions, cfg: TrainConfig, graph: GraphShape, share: flo
         train_share=share,
         bandwidth=bandwidth,
         halo=not opts.no_halo_probe and graph.num_parts > 1,
+        parts=opts.probe_parts or opts.parts,
     )
 
 

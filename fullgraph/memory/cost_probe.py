@@ -3,20 +3,22 @@
 :func:`probe_costs` measures the costs :mod:`fullgraph.memory.projection` multiplies by a
 part's sizes, for the run's own model, by timing the real trainer:
 
-- **per edge and per row**, in this process: training steps on two random graphs of the same
-  rows that differ only in their in-degree (:func:`_probe_part`); the step time difference over
-  the edge difference is the per-edge cost, what is left of the sparser graph's step per row
-  the per-row cost;
+- **per edge and per row**, in this process: training steps on two graphs of the same rows
+  that differ only in their edges: random graphs of in-degree 2 and 32 (:func:`_probe_graph`;
+  their row gathers reach anywhere, an upper bound on a real graph's), or with ``parts`` the
+  inner rows of a partition's part 0 with all their edges and every 8th (the graph's own
+  locality, :func:`_inner_graph`). The step time difference over the edge difference is the
+  per-edge cost, what is left of the sparser graph's step per row the per-row cost;
 - **per halo row** (with ``halo=True``): ``mpirun -n 2 fullgraph train`` twice on random
-  graphs cut into two contiguous halves, the same sizes, once with every edge inside its half
-  (no halo) and once with the sources drawn from the whole graph (each rank's halo about its
-  own rows). The slowest rank's compute (the step less its halo wait and reduction, as the run
-  logs it) with the halo less without it, over the rows it sends and receives, is the cost of
-  a halo row: the rows packed and unpacked, the products of the rows returned in the backward
-  pass. The run without a halo against the one-process costs of its part is the **sharing
-  factor**: how much slower a rank computes while another rank runs on the same machine
-  (memory bandwidth, the shared cache), which the projection applies to machines of several
-  ranks. It needs ``mpirun`` and two ranks' threads of cores.
+  graphs of in-degree 8 cut into two contiguous halves, the same sizes, once with every edge
+  inside its half (no halo) and once with the sources drawn from the whole graph (each rank's
+  halo about its own rows). The slowest rank's compute (the step less its halo wait and
+  reduction, as the run logs it) with the halo less without it, over the rows it sends and
+  receives, is the cost of a halo row: the rows packed and unpacked, the products of the rows
+  returned in the backward pass. The run without a halo against one process training one such
+  half alone is the **sharing factor**: how much slower a rank computes while another rank
+  runs on the same machine (memory bandwidth, the shared cache), which the projection applies
+  to machines of several ranks. It needs ``mpirun`` and two ranks' threads of cores.
 
 Every time is the fastest of a few steps after a warm-up (on a shared machine, the least
 disturbed one).
@@ -95,11 +97,33 @@ def _probe_graph(
     )
 
 
-def _probe_part(rows: int, degree: int, features: int, classes: int, train: float) -> Partition:
-    """:func:`_probe_graph` as a one-rank part."""
-    from fullgraph.partition.whole import whole_graph_part
+def _inner_graph(parts: str, rank: int, keep: int) -> Graph:
+    """Part ``rank`` of a partition on disk as a graph of its inner rows alone (edges from halo
+    rows dropped), every ``keep``-th of its remaining edges kept: the part's own locality."""
+    import numpy as np
 
-    return whole_graph_part(_probe_graph(rows, degree, features, classes, train))
+    from fullgraph.datasets.graph import Graph
+    from fullgraph.partition import load_partition
+
+    part = load_partition(parts, rank)
+    n = part.num_inner
+    indptr, indices = np.asarray(part.indptr), np.asarray(part.indices)
+    rows = np.repeat(np.arange(n), np.diff(indptr[: n + 1]))
+    inner = indices[: indptr[n]] < n
+    chosen = np.flatnonzero(inner)[::keep]
+    counts = np.bincount(rows[chosen], minlength=n)
+    return Graph(
+        name=f"cost-probe-part-{rank}",
+        num_nodes=n,
+        indptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        indices=indices[chosen].astype(np.int64),
+        x=np.asarray(part.x[:n], dtype=np.float32),
+        y=np.asarray(part.y[:n]).astype(np.int64),
+        train_mask=np.asarray(part.train_mask[:n]),
+        val_mask=np.asarray(part.val_mask[:n]),
+        test_mask=np.asarray(part.test_mask[:n]),
+        num_classes=part.num_classes,
+    )
 
 
 #: In-degree of the halo probe's graphs: with the halves joined, about every row of the other
@@ -176,27 +200,28 @@ def _two_ranks(cfg: TrainConfig, graph: Graph, threads: int, steps: int) -> tupl
 
 
 def _halo_row_seconds(
-    cfg: TrainConfig, features: int, classes: int, edge_s: float, row_s: float, *,
-    threads: int, rows: int, steps: int, train: float,
+    cfg: TrainConfig, features: int, classes: int, *, threads: int, rows: int, steps: int,
+    train: float,
 ) -> tuple[float, float, str]:  # fmt: skip
-    """The halo row's cost and the sharing factor from two two-rank runs (module docstring),
-    and what was measured."""
+    """The halo row's cost and the sharing factor from a one-process run and two two-rank runs
+    (module docstring), and what was measured."""
+    from fullgraph.partition.whole import whole_graph_part
+
+    one = _probe_graph(rows, HALO_DEGREE, features, classes, train)
+    single = _step_seconds(whole_graph_part(one), cfg, steps)
+    del one
     apart = _probe_graph(2 * rows, HALO_DEGREE, features, classes, train, halves=True)
-    alone, own = _two_ranks(cfg, apart, threads, steps)
+    alone, _ = _two_ranks(cfg, apart, threads, steps)
     del apart
     joined = _probe_graph(2 * rows, HALO_DEGREE, features, classes, train)
     together, rank = _two_ranks(cfg, joined, threads, steps)
-    shared = alone / max(edge_s * own["num_edges"] + row_s * own["num_inner"], 1e-12)
     exchanged = rank["num_send"] + rank["num_halo"]
     halo_row_s = max(0.0, (together - alone) / max(exchanged, 1))
-    return (
-        halo_row_s,
-        shared,
-        (
-            f"2 ranks x {rows} rows: compute {alone:.3f} s apart, {together:.3f} s with "
-            f"{exchanged} halo rows sent + received"
-        ),
+    said = (
+        f"{rows} rows x in-degree {HALO_DEGREE}: {single:.3f} s alone, 2 ranks {alone:.3f} s "
+        f"apart, {together:.3f} s with {exchanged} halo rows sent + received"
     )
+    return halo_row_s, alone / single, said
 
 
 def probe_costs(
@@ -211,6 +236,7 @@ def probe_costs(
     train_share: float = 0.5,
     bandwidth: float = 12.5e9,
     halo: bool = False,
+    parts: str | None = None,
 ) -> Costs:
     """Measure the per-edge and per-row costs (and with ``halo`` the per-halo-row cost) of
     ``cfg``'s model on this machine, now (module docstring).
@@ -228,6 +254,9 @@ def probe_costs(
         train_share: the training rows' share (the loss's rows, the last layer's cut).
         bandwidth: bytes a second a rank sends (given, not measured).
         halo: also run the two-rank halo probe (``mpirun``).
+        parts: a partition on disk: the per-edge and per-row costs on its part 0's inner rows
+            (all their edges, then every 8th), the graph's own locality, instead of random
+            graphs (whose row gathers reach anywhere: an upper bound on a real graph's).
 
     Raises:
         ConfigError: a model the memory model does not cover, probe sizes too small, or a
@@ -239,22 +268,30 @@ def probe_costs(
     lo, hi = degrees
     if rows < 64 or not 1 <= lo < hi < rows or steps < 1 or not 0 < train_share <= 1:
         raise ConfigError("the cost probe needs >= 64 rows, 1 <= degrees low < high < rows")
+    from fullgraph.partition.whole import whole_graph_part
+
     set_threads(threads)
-    seconds = []
-    for degree in (lo, hi):
-        part = _probe_part(rows, degree, num_features, num_classes, train_share)
-        seconds.append(_step_seconds(part, cfg, steps))
-        del part
-    edge_s = max(0.0, (seconds[1] - seconds[0]) / (rows * (hi - lo)))
-    row_s = max(0.0, (seconds[0] - edge_s * rows * lo) / rows)
+    seconds, edges = [], []
+    for degree in (lo, hi) if parts is None else (8, 1):
+        if parts is None:
+            graph = _probe_graph(rows, degree, num_features, num_classes, train_share)
+        else:
+            graph = _inner_graph(parts, 0, degree)
+        n = graph.num_nodes
+        edges.append(graph.num_edges)
+        seconds.append(_step_seconds(whole_graph_part(graph), cfg, steps))
+        del graph
+    edge_s = max(0.0, (seconds[1] - seconds[0]) / max(edges[1] - edges[0], 1))
+    row_s = max(0.0, (seconds[0] - edge_s * edges[0]) / n)
+    what = f"part 0 of {parts}" if parts else "random graphs"
     source = (
-        f"measured: fastest of {steps} step(s) on {rows} rows x in-degree {lo} and {hi}, "
-        f"{threads} thread(s): {seconds[0]:.3f} s and {seconds[1]:.3f} s"
+        f"measured: fastest of {steps} step(s) on {what}, {n} rows x {edges[0]} and {edges[1]} "
+        f"edges, {threads} thread(s): {seconds[0]:.3f} s and {seconds[1]:.3f} s"
     )
     halo_row_s, shared = 0.0, 1.0
     if halo:
         halo_row_s, shared, said = _halo_row_seconds(
-            cfg, num_features, num_classes, edge_s, row_s,
+            cfg, num_features, num_classes,
             threads=threads, rows=rows, steps=steps, train=train_share,
         )  # fmt: skip
         source += f"; {said}"

@@ -1,7 +1,8 @@
 """The cost probe (:mod:`fullgraph.memory.cost_probe`): costs of the real trainer, measured.
 
-- the one-process probe times the model's training steps on two random graphs and gives
-  non-negative per-edge and per-row costs, saying what it measured;
+- the one-process probe times the model's training steps on two random graphs (or a
+  partition's inner rows) and gives non-negative per-edge and per-row costs, saying what it
+  measured;
 - the two-rank probe (``mpirun``) adds a per-halo-row cost from a run whose halo is the part's
   size, trained with the model's own options;
 - too small a probe is one ``ConfigError``.
@@ -27,14 +28,26 @@ def test_probe_measures_the_trainer() -> None:
         costs = probe_costs(SAGE, 16, 5, rows=512, degrees=(2, 16), steps=1)
     assert costs.edge_s >= 0 and costs.row_s >= 0 and costs.edge_s + costs.row_s > 0
     assert costs.halo_row_s == 0 and costs.threads == 1
-    assert costs.source.startswith("measured") and "512 rows" in costs.source
+    assert costs.source.startswith("measured") and "random graphs, 512 rows" in costs.source
+
+
+def test_probe_on_a_partition_times_its_inner_rows(small_partitions) -> None:
+    from fullgraph.partition import load_partition
+
+    part = load_partition(small_partitions[2], 0)
+    with one_thread():
+        costs = probe_costs(SAGE, part.num_features, part.num_classes, steps=1,
+                            parts=str(small_partitions[2]))  # fmt: skip
+    assert costs.edge_s + costs.row_s > 0
+    assert f"part 0 of {small_partitions[2]}, {part.num_inner} rows" in costs.source
 
 
 @pytest.mark.slow  # a two-rank run: 4-6 s here
 def test_halo_probe_runs_two_ranks_of_the_model() -> None:
     with one_thread():
         costs = probe_costs(SAGE, 16, 5, rows=512, degrees=(2, 16), steps=1, halo=True)
-    assert costs.halo_row_s >= 0 and costs.shared > 0 and "2 ranks x 512 rows" in costs.source
+    assert costs.halo_row_s >= 0 and costs.shared > 0
+    assert "512 rows x in-degree 8" in costs.source and "2 ranks" in costs.source
 
 
 def test_the_runs_options_give_the_model() -> None:
