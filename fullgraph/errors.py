@@ -125,7 +125,7 @@ MEMORY_LEVERS: dict[str, str] = {
     ),
     "verify": "verify holds one part (and with --root the graph); run it where more is free",
     "export": "export holds the model only; run it where more memory is free",
-    "data synth": "ask for a smaller --preset or --edge-dim",
+    "data synth": "ask for a smaller --preset, --scale or --edge-dim, or --format npy",
     "data": "the dataset is read whole into this process; run it where more memory is free",
 }
 _GENERIC_LEVERS = "free memory, or run it where more is free"
