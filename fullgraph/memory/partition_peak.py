@@ -7,14 +7,14 @@
   pymetis), a weight per constraint and node, the unit edge weights it allocates, and its
   coarsening hierarchy: every level an adjacency and an edge weight per entry,
   :data:`METIS_LEVELS` times the input's entries over all levels (measured, below). With
-  KaMinPar, the symmetric CSR it is handed (64-bit: the ParHIP file is written in chunks) and
-  its own graph and buffers, :data:`KAMINPAR_EDGE_BYTES` a stored edge and
-  :data:`KAMINPAR_NODE_BYTES` a node (measured). ``random`` and ``contiguous``: one permutation.
+  KaMinPar, the symmetric CSR it is handed (64-bit, mapped: the ParHIP file is written from
+  it in chunks) and its own graph and buffers, :data:`KAMINPAR_EDGE_BYTES` a stored edge,
+  :data:`KAMINPAR_NODE_BYTES` a node and :data:`KAMINPAR_BASE_BYTES` (measured). ``random`` and ``contiguous``: one permutation.
 - **build** (the parts, one after another): the builder's node-sized arrays (owner, order,
   local ids, a mark, a cursor, the in-degrees: :data:`BUILD_NODE_BYTES` a node), every part's
   halo ids kept for the send lists (at most the cut edges, 8 bytes each), one part's own arrays
   (its ids, row pointer, labels, masks, degrees: about 41 bytes per inner node), and the
-  write buffers of :data:`~fullgraph.partition.build.CHUNK_ELEMENTS` values; and the graph's
+  write buffers (a part's chunk of at most :data:`CHUNK_VALUES` values); and the graph's
   mapped pages one part reads (dropped after each part; a part's rows lie all over the graph,
   so up to all of them).
 
@@ -34,18 +34,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: All levels of METIS's coarsening hierarchy together, in entries per input entry (measured).
-METIS_LEVELS = 3.2
+METIS_LEVELS = 3.5
 #: KaMinPar's own bytes per stored (directed) edge and per node, beyond the mapped CSR it is
 #: given (measured).
-KAMINPAR_EDGE_BYTES = 19.0
+KAMINPAR_EDGE_BYTES = 26.0
 KAMINPAR_NODE_BYTES = 64.0
+#: KaMinPar's fixed part (its threads' buffers and context), bytes (measured).
+KAMINPAR_BASE_BYTES = 100 << 20
 #: The build's node-sized arrays: owner, order, local ids (8 each), in-degrees (8), the local
 #: id map (8) and the mark (1).
 BUILD_NODE_BYTES = 41
 #: Bytes a part's own arrays take per inner node (ids, row pointer, degrees, labels, masks).
 PART_NODE_BYTES = 41
-#: The builder's write buffers: a chunk of values and its converted copy.
-WRITE_BUFFER_BYTES = 2 * (1 << 24) * 8
+#: The most values the builder writes at once (``partition.build.CHUNK_ELEMENTS``).
+CHUNK_VALUES = 1 << 24
 #: Constraints METIS balances (nodes, training nodes, edges).
 CONSTRAINTS = 3
 
@@ -109,7 +111,7 @@ def assign_bytes(sizes: PartitionSizes, method: str, library: str) -> int:
         graph = idx * (n + 1) + 2 * idx * e + idx * CONSTRAINTS * n
         return int(graph + METIS_LEVELS * 2 * idx * e + 8 * n)
     if method == "kaminpar":
-        return int(KAMINPAR_EDGE_BYTES * e + KAMINPAR_NODE_BYTES * n)
+        return int(KAMINPAR_BASE_BYTES + KAMINPAR_EDGE_BYTES * e + KAMINPAR_NODE_BYTES * n)
     return 16 * n  # a permutation and the owners
 
 
@@ -118,7 +120,9 @@ def build_bytes(sizes: PartitionSizes, num_parts: int) -> int:
     n, e = sizes.num_nodes, sizes.num_edges
     per_part = -(-n // max(1, num_parts))
     halo = min(e, n * max(0, num_parts - 1))
-    return int(BUILD_NODE_BYTES * n + 8 * halo + PART_NODE_BYTES * per_part + WRITE_BUFFER_BYTES)
+    # a chunk of a part's edges or feature rows, and its converted copy, 8 bytes a value
+    chunk = min(CHUNK_VALUES, max(-(-e // max(1, num_parts)), per_part * sizes.num_features))
+    return int(BUILD_NODE_BYTES * n + 8 * halo + PART_NODE_BYTES * per_part + 16 * chunk)
 
 
 def predict_partition(

@@ -22,11 +22,16 @@ def test_metis_terms_and_its_index_width() -> None:
 def test_other_methods_and_the_build() -> None:
     n, e = SIZES.num_nodes, SIZES.num_edges
     kp = pp.assign_bytes(SIZES, "kaminpar", "-")
-    assert kp == int(pp.KAMINPAR_EDGE_BYTES * e + pp.KAMINPAR_NODE_BYTES * n)
+    assert kp == int(
+        pp.KAMINPAR_BASE_BYTES + pp.KAMINPAR_EDGE_BYTES * e + pp.KAMINPAR_NODE_BYTES * n
+    )
     assert pp.assign_bytes(SIZES, "random", "-") == 16 * n
-    b4, b8 = pp.build_bytes(SIZES, 4), pp.build_bytes(SIZES, 8)
-    assert b8 > b4  # more halo rows kept for the send lists, a smaller part
-    assert b4 >= pp.BUILD_NODE_BYTES * n + pp.WRITE_BUFFER_BYTES
+    for parts in (4, 8):
+        per_part, halo = -(-n // parts), min(e, n * (parts - 1))
+        chunk = min(pp.CHUNK_VALUES, max(-(-e // parts), per_part * SIZES.num_features))
+        want = pp.BUILD_NODE_BYTES * n + 8 * halo + pp.PART_NODE_BYTES * per_part + 16 * chunk
+        assert pp.build_bytes(SIZES, parts) == want
+    assert pp.build_bytes(pp.PartitionSizes(64, 100, 4), 2) < 1 << 20  # no chunk-sized buffer
 
 
 def test_the_peak_is_the_larger_stage_on_the_floor() -> None:
