@@ -45,7 +45,8 @@ def plan_graph(
 ) -> tuple[PartitionPeak, str]:
     """The predicted peaks of partitioning ``graph`` on top of ``floor`` (the process's
     resident bytes before the graph was read) and the METIS library planned for."""
-    sizes = PartitionSizes(graph.num_nodes, graph.num_edges, graph.num_features)
+    width = 4 if graph.x is None else int(graph.x.dtype.itemsize)
+    sizes = PartitionSizes(graph.num_nodes, graph.num_edges, graph.num_features, width)
     library = resolve_library(method, metis)
     return predict_partition(sizes, parts, method, library, floor), library
 
