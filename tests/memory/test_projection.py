@@ -100,6 +100,7 @@ def test_exchanges_are_the_layers_widths() -> None:
     assert sum(x.bytes_sent for x in step_exchanges(p, graph, int8)) < sent
 
 
+@pytest.mark.slow  # a two-rank run: 5 s at best here
 def test_halo_bytes_are_what_a_run_sends(small_partitions, tmp_path: Path) -> None:
     parts = small_partitions[2]
     graph = GraphShape.from_meta(read_meta(parts)[0])
