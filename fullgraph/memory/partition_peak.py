@@ -6,10 +6,11 @@
   the graph: ``xadj`` and ``adjncy`` in its index width (4 bytes for a 32-bit libmetis, 8 for
   pymetis), a weight per constraint and node, the unit edge weights it allocates, and its
   coarsening hierarchy: every level an adjacency and an edge weight per entry,
-  :data:`METIS_LEVELS` times the input's entries over all levels (measured, below). With
+  :data:`METIS_LEVELS` times the input's entries over all levels (measured). With
   KaMinPar, the symmetric CSR it is handed (64-bit, mapped: the ParHIP file is written from
   it in chunks) and its own graph and buffers, :data:`KAMINPAR_EDGE_BYTES` a stored edge,
-  :data:`KAMINPAR_NODE_BYTES` a node and :data:`KAMINPAR_BASE_BYTES` (measured). ``random`` and ``contiguous``: one permutation.
+  :data:`KAMINPAR_NODE_BYTES` a node and :data:`KAMINPAR_BASE_BYTES` (measured). ``random``
+  and ``contiguous``: one permutation.
 - **build** (the parts, one after another): the builder's node-sized arrays (owner, order,
   local ids, a mark, a cursor, the in-degrees: :data:`BUILD_NODE_BYTES` a node), every part's
   halo ids kept for the send lists (at most the cut edges, 8 bytes each), one part's own arrays
