@@ -32,28 +32,21 @@ from bench.child import bench_command, emit_result, run_child
 from bench.common import CSVWriter, command_line, setup_threads
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: the real datasets beside the checkout, linked into a temporary root (never written there)
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
-#: datasets read from the shared folder (linked into a temporary root, never written there)
-SHARED_DIRS = {
-    "cora": "cora",
-    "citeseer": "citeseer",
-    "pubmed": "pubmed",
-    "amazon-computers": "amazon_computers",
-    "coauthor-physics": "coauthor_physics",
-}
 SPLITS = {"labelled": ("train", "val", "test"), "train": ("train",)}
 
 
 def root_for(name: str, root: Path | None, work: Path) -> Path:
     """``root`` when it holds ``name``, else a root under ``work`` linking its shared raw data."""
-    if root is not None and (root / name.replace("-", "_")).exists():
+    from fullgraph.datasets.paths import dataset_dir
+
+    if root is not None and dataset_dir(root, name).exists():
         return root
-    if name not in SHARED_DIRS:
-        raise SystemExit(f"{name}: not under --root {root} and not a shared dataset")
-    src = SHARED / SHARED_DIRS[name] / "raw"
+    src = dataset_dir(SHARED, name) / "raw"
     if not src.is_dir():
-        raise SystemExit(f"{src} is missing (dataset {name})")
-    d = work / SHARED_DIRS[name]
+        raise SystemExit(f"{name}: not under --root {root} and not a shared dataset ({src})")
+    d = dataset_dir(work, name)
     d.mkdir(parents=True, exist_ok=True)
     if not (d / "raw").exists():
         (d / "raw").symlink_to(src, target_is_directory=True)

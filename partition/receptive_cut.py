@@ -214,24 +214,26 @@ class Cut:
     record: dict
 
 
-def _placeholders(dist: np.ndarray, blocks: NodeBlocks) -> np.ndarray:
-    """The first node of every block that keeps no node within the hops."""
-    inside = np.zeros(blocks.num_blocks, dtype=bool)
-    inside[blocks.block[dist >= 0]] = True
-    order = np.argsort(blocks.block, kind="stable")  # (block, id)
-    starts = np.searchsorted(blocks.block[order], np.arange(blocks.num_blocks))
-    return np.sort(order[starts[~inside]])
-
-
-def _restrict_blocks(blocks: NodeBlocks, ids: np.ndarray) -> NodeBlocks:
-    """``blocks`` on the kept nodes ``ids``: their blocks, their positions in their block in
-    the whole graph's (block, id) order, and every block's size there."""
+def _block_positions(blocks: NodeBlocks) -> np.ndarray:
+    """Every node's position in its block in the whole graph's (block, id) order."""
     n = blocks.block.size
     order = np.argsort(blocks.block, kind="stable")
-    sizes = blocks.sizes()
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    starts = np.concatenate([[0], np.cumsum(blocks.sizes())[:-1]])
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n, dtype=np.int64) - starts[blocks.block[order]]
+    return position
+
+
+def _placeholders(dist: np.ndarray, blocks: NodeBlocks, position: np.ndarray) -> np.ndarray:
+    """The first node (position 0) of every block that keeps no node within the hops."""
+    inside = np.zeros(blocks.num_blocks, dtype=bool)
+    inside[blocks.block[dist >= 0]] = True
+    return np.flatnonzero((position == 0) & ~inside[blocks.block])
+
+
+def _restrict_blocks(blocks: NodeBlocks, ids: np.ndarray, position: np.ndarray) -> NodeBlocks:
+    """``blocks`` on the kept nodes ``ids``: their blocks, their positions in their block in
+    the whole graph (``position``), and every block's size there."""
     return NodeBlocks(
         block=blocks.block[ids].copy(),
         num_blocks=blocks.num_blocks,
@@ -239,7 +241,7 @@ def _restrict_blocks(blocks: NodeBlocks, ids: np.ndarray) -> NodeBlocks:
         seed=blocks.seed,
         metis=blocks.metis,
         position=position[ids],
-        full_rows=sizes.astype(np.int64),
+        full_rows=blocks.sizes().astype(np.int64),
     )
 
 
@@ -272,7 +274,8 @@ def cut_graph(graph: Graph, spec: CutSpec, blocks: NodeBlocks | None = None) -> 
         )
     dist = hop_distance(graph, seeds, spec.hops)
     keep = dist >= 0
-    extra = np.zeros(0, dtype=np.int64) if blocks is None else _placeholders(dist, blocks)
+    position = None if blocks is None else _block_positions(blocks)
+    extra = np.zeros(0, np.int64) if position is None else _placeholders(dist, blocks, position)
     keep[extra] = True
     ids = np.flatnonzero(keep).astype(np.int64)
     indptr, indices, edge = _kept_edges(graph, keep, ids)
@@ -309,7 +312,7 @@ def cut_graph(graph: Graph, spec: CutSpec, blocks: NodeBlocks | None = None) -> 
         "node_ids_sha256": ids_digest(sub.node_ids),
     }
     sub.meta["cut"] = record
-    cut_blocks = None if blocks is None else _restrict_blocks(blocks, ids)
+    cut_blocks = None if position is None else _restrict_blocks(blocks, ids, position)
     return Cut(sub, cut_blocks, record)
 
 
