@@ -154,10 +154,9 @@ def _partition(args: argparse.Namespace) -> int:
         from fullgraph.partition.libmetis import require_libmetis
 
         require_libmetis()
-    from fullgraph.commands.plan_partition import check_partition_memory
-    from fullgraph.memory.model import current_rss_bytes
+    from fullgraph.commands.plan_partition import check_partition_memory, rss_bytes
 
-    floor = current_rss_bytes()  # before the graph: what the plan's stages add to
+    floor = rss_bytes()  # before the graph: what the plan's stages add to
     if args.pyg is not None:
         from fullgraph.datasets.pyg_input import read_saved
 

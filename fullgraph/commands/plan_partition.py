@@ -14,7 +14,23 @@ from typing import TYPE_CHECKING
 
 from fullgraph.errors import ConfigError
 from fullgraph.memory.partition_peak import PartitionPeak, PartitionSizes, predict_partition
-from fullgraph.memory.plan import GIB, mib
+
+# not fullgraph.memory.plan / .model: they import torch, which a partition never needs (its
+# start-up and floor would grow by torch's)
+MIB, GIB = 2**20, 2**30
+
+
+def mib(nbytes: float) -> str:
+    """Bytes as whole MiB."""
+    return f"{nbytes / MIB:.0f}"
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now, bytes."""
+    from fullgraph.resources import current_rss_mb
+
+    return int(current_rss_mb() * MIB)
+
 
 if TYPE_CHECKING:
     from fullgraph.datasets.graph import Graph
@@ -70,9 +86,9 @@ def check_partition_memory(
     """
     if check == "off":
         return None
-    from fullgraph.memory.plan import machine_memory_bytes
+    from fullgraph.resources import node_memory_bytes
 
-    have = machine_memory_bytes() if memory is None else memory
+    have = node_memory_bytes() if memory is None else memory
     peak, library = plan_graph(graph, parts, method, metis, floor)
     if peak.needed <= have:
         return None
@@ -116,16 +132,15 @@ def register(kinds: argparse._SubParsersAction) -> None:
 def run_plan_partition(args: argparse.Namespace) -> int:
     """Print the stage table and the verdict; exit 2 when it would not fit."""
     from fullgraph.datasets import load
-    from fullgraph.memory.model import current_rss_bytes
-    from fullgraph.memory.plan import machine_memory_bytes
     from fullgraph.partition.assign import check_num_parts
     from fullgraph.partition.build import partition_graph  # noqa: F401  (in the floor)
+    from fullgraph.resources import node_memory_bytes
 
-    floor = current_rss_bytes()
+    floor = rss_bytes()
     graph = load(args.dataset, args.root, mmap=True, split=args.split)
     check_num_parts(args.parts, graph.num_nodes)
     peak, library = plan_graph(graph, args.parts, args.method, args.metis, floor)
-    have = int(args.node_memory * GIB) if args.node_memory else machine_memory_bytes()
+    have = int(args.node_memory * GIB) if args.node_memory else node_memory_bytes()
     what = f"{args.method} ({library})" if args.method == "metis" else args.method
     print(
         f"fullgraph plan partition: {graph.name} ({graph.num_nodes:,} nodes, "

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cli_run import assert_one_line, run_cli
 
-import fullgraph.memory.plan as memory_plan
+import fullgraph.resources as resources
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_the_plan_prints_every_stage(root, capsys) -> None:
 
 
 def test_partition_refuses_what_will_not_fit(root, tmp_path, capsys, monkeypatch) -> None:
-    monkeypatch.setattr(memory_plan, "machine_memory_bytes", lambda: 10 << 20)
+    monkeypatch.setattr(resources, "node_memory_bytes", lambda: 10 << 20)
     base = ["partition", "--dataset", "tiny", "--root", str(root), "--parts", "2"]
     code, _, err = run_cli([*base, "--out", str(tmp_path / "a")], capsys)
     assert_one_line(code, err, "would need", "more than this machine's", "--memory-check warn")
