@@ -43,6 +43,28 @@ ADVICE = {
 }
 
 
+#: What ``fullgraph partition`` has imported before it reads the graph.
+PARTITION_IMPORTS = (
+    "import fullgraph.cli, fullgraph.commands.plan_partition, fullgraph.partition.build, "
+    "fullgraph.datasets"
+)
+
+
+def partition_floor() -> int:
+    """The resident memory of a ``fullgraph partition`` process before it reads the graph,
+    measured in a fresh interpreter (``fullgraph plan`` itself has imported torch, which a
+    partition never does), bytes."""
+    import subprocess
+    import sys
+
+    code = f"{PARTITION_IMPORTS}; from fullgraph.commands.plan_partition import rss_bytes; "
+    code += "print(rss_bytes())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    )
+    return int(done.stdout.split()[-1])
+
+
 def resolve_library(method: str, metis: str) -> str:
     """The METIS library ``--metis`` resolves to here (``libmetis``: a 32-bit one is
     installed; else ``pymetis``), or ``-`` for the other methods."""
@@ -133,10 +155,9 @@ def run_plan_partition(args: argparse.Namespace) -> int:
     """Print the stage table and the verdict; exit 2 when it would not fit."""
     from fullgraph.datasets import load
     from fullgraph.partition.assign import check_num_parts
-    from fullgraph.partition.build import partition_graph  # noqa: F401  (in the floor)
     from fullgraph.resources import node_memory_bytes
 
-    floor = rss_bytes()
+    floor = partition_floor()
     graph = load(args.dataset, args.root, mmap=True, split=args.split)
     check_num_parts(args.parts, graph.num_nodes)
     peak, library = plan_graph(graph, args.parts, args.method, args.metis, floor)
@@ -147,7 +168,7 @@ def run_plan_partition(args: argparse.Namespace) -> int:
         f"{graph.num_edges:,} stored edges, {graph.num_features} features) into {args.parts} "
         f"parts with {what}; predicted peak resident memory, MiB:"
     )
-    print(f"  process floor {mib(peak.floor):>8}  (this process before reading the graph)")
+    print(f"  process floor {mib(peak.floor):>8}  (a partition process before reading the graph)")
     print(f"  assign        {mib(peak.assign):>8}  + {mib(peak.assign_mapped)} mapped")
     print(f"  build parts   {mib(peak.build):>8}  + {mib(peak.build_mapped)} mapped")
     print(
