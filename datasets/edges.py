@@ -14,7 +14,14 @@ import scipy.sparse as sp
 from fullgraph.errors import DataError
 
 
-def check_edge_ids(src: np.ndarray, dst: np.ndarray, num_nodes: int, what: str) -> None:
+def check_edge_ids(
+    src: np.ndarray,
+    dst: np.ndarray,
+    num_nodes: int,
+    what: str,
+    *,
+    first_line: int | None = None,
+) -> None:
     """Raise :class:`DataError` if any edge endpoint lies outside ``[0, num_nodes)``.
 
     Args:
@@ -22,6 +29,8 @@ def check_edge_ids(src: np.ndarray, dst: np.ndarray, num_nodes: int, what: str) 
         dst: destination node ids of the edges.
         num_nodes: number of nodes of the graph.
         what: a name for the message (dataset or file).
+        first_line: the edges are a block of the file ``what`` from its 0-based line
+            ``first_line`` on: the message names the line (and the edge's place in the file).
     """
     if src.shape != dst.shape:
         raise DataError(f"{what}: {src.shape[0]} edge sources but {dst.shape[0]} destinations")
@@ -32,7 +41,10 @@ def check_edge_ids(src: np.ndarray, dst: np.ndarray, num_nodes: int, what: str) 
         if lo < 0 or hi >= num_nodes:
             bad = lo if lo < 0 else hi
             pos = int(np.argmax(ends == bad))
-            raise DataError(f"{what}: edge {pos} has endpoint {bad} out of range [0, {num_nodes})")
+            where = f"edge {pos}"
+            if first_line is not None:
+                where = f"line {first_line + pos + 1} (edge {first_line + pos})"
+            raise DataError(f"{what}: {where} has endpoint {bad} out of range [0, {num_nodes})")
 
 
 def edges_to_csr(

@@ -311,23 +311,7 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
             f"{label_path}: {yf.shape[0]} labels but {n} nodes ({n_path.name}); one of the two "
             f"files is wrong"
         )
-    infinite = np.isinf(yf)  # NaN is OGB's "unlabelled"; an infinity is a damaged row
-    if infinite.any():
-        v = int(np.argmax(infinite))
-        raise DataError(
-            f"{label_path}: line {v + 1} (node {v}) holds label {yf[v]:g}; a label is a class "
-            f"id (or NaN for an unlabelled node)"
-        )
-    labelled = np.isfinite(yf)
-    if labelled.any() and (yf[labelled] < 0).any():
-        raise DataError(f"{label_path}: negative label {yf[labelled].min():g}")
-    fractional = labelled & (yf != np.floor(np.where(labelled, yf, 0)))
-    if fractional.any():
-        v = int(np.argmax(fractional))
-        raise DataError(f"{label_path}: label {yf[v]:g} of node {v} is not an integer class id")
-    if labelled.any() and yf[labelled].max() >= 2**31:
-        raise DataError(f"{label_path}: label {yf[labelled].max():g} is too large")
-    y = np.where(labelled, yf, -1).astype(np.int64)
+    y = label_ids(label_path, yf)
     edge_path = raw / "edge.csv.gz"
     # an edgeless graph (num-edge-list says 0) is valid: its edge file is empty
     edges = read_csv_columns(
@@ -362,6 +346,45 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
                 f"two files is wrong"
             )
         refuse_non_finite(feat, x, "node")
+    masks = read_split_masks(d, marker, n, says)
+    return {
+        "indptr": indptr,
+        "indices": indices,
+        "x": x,
+        "y": y,
+        **masks,
+        "edge_weight": values.get("edge_weight"),
+        "edge_attr": values.get("edge_attr"),
+    }
+
+
+def label_ids(path: Path, yf: np.ndarray, first: int = 0) -> np.ndarray:
+    """The int64 labels of the float64 rows ``yf`` of ``path``, its nodes ``first`` onwards
+    (NaN, OGB's unlabelled: ``-1``); :class:`DataError` for an infinite, negative, fractional
+    or too large label."""
+    infinite = np.isinf(yf)  # NaN is OGB's "unlabelled"; an infinity is a damaged row
+    if infinite.any():
+        v = int(np.argmax(infinite))
+        raise DataError(
+            f"{path}: line {first + v + 1} (node {first + v}) holds label {yf[v]:g}; a label "
+            f"is a class id (or NaN for an unlabelled node)"
+        )
+    labelled = np.isfinite(yf)
+    if labelled.any() and (yf[labelled] < 0).any():
+        raise DataError(f"{path}: negative label {yf[labelled].min():g}")
+    fractional = labelled & (yf != np.floor(np.where(labelled, yf, 0)))
+    if fractional.any():
+        v = int(np.argmax(fractional))
+        raise DataError(f"{path}: label {yf[v]:g} of node {first + v} is not an integer class id")
+    if labelled.any() and yf[labelled].max() >= 2**31:
+        raise DataError(f"{path}: label {yf[labelled].max():g} is too large")
+    return np.where(labelled, yf, -1).astype(np.int64)
+
+
+def read_split_masks(d: Path, marker: dict, n: int, says: str) -> dict[str, np.ndarray]:
+    """The ``*_mask`` arrays of ``d``'s ``split/<scheme>/`` for ``n`` nodes (``says``: where
+    ``n`` comes from, for messages); :class:`DataError` for a missing or malformed split file,
+    an id out of range, a node in two splits."""
     split = _split_dir(d, marker)
     masks = {}
     for key, fname in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
@@ -379,15 +402,7 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
             f"{split}: node {v} is in both {files[a]}.csv.gz and {files[b]}.csv.gz; "
             f"a node may be in one split only"
         )
-    return {
-        "indptr": indptr,
-        "indices": indices,
-        "x": x,
-        "y": y,
-        **masks,
-        "edge_weight": values.get("edge_weight"),
-        "edge_attr": values.get("edge_attr"),
-    }
+    return masks
 
 
 def _edge_values(raw: Path, name: str, m: int) -> dict[str, np.ndarray]:

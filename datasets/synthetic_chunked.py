@@ -11,7 +11,9 @@ test_synthetic_chunked.py``) and writes it in the ``npy`` layout
   concatenation of the buckets is the in-memory path's sorted distinct keys; the surplus is
   dropped while streaming them into one key file.
 - **CSR**: degrees counted over the key file; the keys transposed (``hi * N + lo``, bucketed
-  by ``hi`` and sorted bucket by bucket like the draws); then the rows in ranges of at most
+  by ``hi`` with bounds made exact from the count of keys per ``hi``
+  (:func:`bounds_from_counts`), sorted bucket by bucket like the draws); then the rows in
+  ranges of at most
   :data:`ROW_BUFFER` entries, each filled in memory from one contiguous run of each file (a
   row's sources below it, then above it, both ascending) and written once, in order, to
   ``indices.npy``: every file is read sequentially, a bounded number of times.
@@ -60,7 +62,7 @@ from fullgraph.datasets.synthetic_edges import CHUNK, draw_edges, sorted_distinc
 from fullgraph.errors import ConfigError
 from fullgraph.resources import drop_resident_pages
 
-__all__ = ["BUCKET_KEYS", "KeysOnDisk", "write_synthetic"]
+__all__ = ["BUCKET_KEYS", "KeysOnDisk", "bounds_from_counts", "write_synthetic"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,57 @@ def _release(array: np.memmap) -> None:
             pass
 
 
+def bounds_from_counts(counts: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Exact bucket bounds (keys ``id * N + other``) from the number of keys of every id.
+
+    Greedy over the ids in order: a bucket takes ids while it holds at most
+    :data:`BUCKET_KEYS` keys; an id with more keys than that is a bucket of its own (read by
+    :func:`_sorted_bucket` through a presence array of ``N`` bytes). So a bucket holds at most
+    :data:`BUCKET_KEYS` keys or the keys of one id, whatever the order of the ids.
+
+    Args:
+        counts: int64 [N], keys per id (the ``min`` of a drawn key, or the ``hi``).
+        num_nodes: ``N``.
+
+    Returns:
+        int64 sorted bounds for :func:`_append_by_range` (multiples of ``N``).
+    """
+    cum = np.cumsum(counts)
+    cuts = []
+    start, before = 0, 0
+    while start < num_nodes:
+        end = int(np.searchsorted(cum, before + BUCKET_KEYS, side="right"))
+        end = min(num_nodes, max(end, start + 1))
+        if end < num_nodes:
+            cuts.append(end)
+        before = int(cum[end - 1])
+        start = end
+    del cum
+    return np.asarray(cuts, dtype=np.int64) * np.int64(num_nodes)
+
+
+def _sorted_bucket(path: Path, low: int, high: int, n: int) -> np.ndarray:
+    """The sorted distinct keys of the bucket file of key range ``[low, high)``.
+
+    A bucket of one id (``high - low == n``) may hold more than :data:`BUCKET_KEYS` keys (a
+    hub, duplicates of a file): its keys are marked in an ``n``-byte presence array, a chunk
+    at a time, instead of being read whole.
+    """
+    if high - low != n or os.path.getsize(path) <= 8 * BUCKET_KEYS:
+        return sorted_distinct(np.fromfile(path, dtype=np.int64))
+    present = np.zeros(n, dtype=np.bool_)
+    size = os.path.getsize(path) // 8
+    for chunk in _key_chunks(path, 0, size):
+        present[chunk - low] = True
+    return np.flatnonzero(present) + np.int64(low)
+
+
+def _ranges(bounds: np.ndarray, n: int) -> list[tuple[int, int]]:
+    """The key range ``[low, high)`` of every bucket of ``bounds``."""
+    edges = [0, *(int(b) for b in bounds), n * n]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
 def _append_by_range(files: list[Path], bounds: np.ndarray, keys: np.ndarray) -> None:
     """Append each key to ``files[i]`` for the range ``bounds[i - 1] <= key < bounds[i]``."""
     which = np.searchsorted(bounds, keys, side="right")
@@ -118,15 +171,21 @@ class KeysOnDisk:
         scratch: a directory for the bucket files and the final key file.
         num_nodes: ``N``.
         expected: about how many keys will be drawn (sizes the buckets).
+        bounds: exact bucket bounds (:func:`bounds_from_counts`); default: from the
+            triangular law of ``min`` for random pairs (the synthetic draws).
     """
 
-    def __init__(self, scratch: Path, num_nodes: int, expected: int) -> None:
+    def __init__(
+        self, scratch: Path, num_nodes: int, expected: int, bounds: np.ndarray | None = None
+    ) -> None:
         self.scratch = scratch
         self.n = num_nodes
-        buckets = max(1, math.ceil(1.25 * expected / BUCKET_KEYS))
-        q = np.arange(1, buckets) / buckets  # P(min < a) = 1 - (1 - a / N)^2 for random pairs
-        lo = np.unique(np.floor(num_nodes * (1 - np.sqrt(1 - q))).astype(np.int64))
-        self.bounds = lo * np.int64(num_nodes)
+        if bounds is None:
+            buckets = max(1, math.ceil(1.25 * expected / BUCKET_KEYS))
+            q = np.arange(1, buckets) / buckets  # P(min < a) = 1 - (1 - a / N)^2, random pairs
+            lo = np.unique(np.floor(num_nodes * (1 - np.sqrt(1 - q))).astype(np.int64))
+            bounds = lo * np.int64(num_nodes)
+        self.bounds = bounds
         self.files = [scratch / f"bucket-{i}.bin" for i in range(self.bounds.shape[0] + 1)]
         for f in self.files:
             f.touch()
@@ -138,8 +197,10 @@ class KeysOnDisk:
 
     def merge(self) -> int:
         """Sort each bucket and drop its duplicates; the number of distinct keys."""
-        for i, f in enumerate(self.files):
-            keys = sorted_distinct(np.fromfile(f, dtype=np.int64))
+        for i, (f, (low, high)) in enumerate(
+            zip(self.files, _ranges(self.bounds, self.n), strict=True)
+        ):
+            keys = _sorted_bucket(f, low, high, self.n)
             tmp = f.with_suffix(".tmp")
             keys.tofile(tmp)
             os.replace(tmp, f)
@@ -193,12 +254,10 @@ def _keys_below(path: Path, key: int) -> int:
         del keys
 
 
-def _transpose(path: Path, count: int, n: int, scratch: Path) -> Path:
+def _transpose(path: Path, count: int, n: int, scratch: Path, bounds: np.ndarray) -> Path:
     """The keys ``lo * n + hi`` of ``path`` as ``hi * n + lo``, sorted, in one file: bucket
-    files by range of ``hi``, each sorted alone."""
-    buckets = max(1, math.ceil(1.25 * count / BUCKET_KEYS))
-    q = np.arange(1, buckets) / buckets  # P(max < a) = (a / N)^2 for random pairs
-    bounds = np.unique(np.floor(n * np.sqrt(q)).astype(np.int64)) * np.int64(n)
+    files by range of ``hi`` (``bounds``: exact, from the keys per ``hi``), each sorted
+    alone."""
     files = [scratch / f"rev-{i}.bin" for i in range(bounds.shape[0] + 1)]
     for f in files:
         f.touch()
@@ -207,10 +266,8 @@ def _transpose(path: Path, count: int, n: int, scratch: Path) -> Path:
         _append_by_range(files, bounds, hi * np.int64(n) + lo)
     out = scratch / "rev.bin"
     with open(out, "wb") as sink:
-        for f in files:
-            keys = np.fromfile(f, dtype=np.int64)
-            keys.sort()
-            keys.tofile(sink)
+        for f, (low, high) in zip(files, _ranges(bounds, n), strict=True):
+            _sorted_bucket(f, low, high, n).tofile(sink)  # distinct already: sorted alone
             f.unlink()
     return out
 
@@ -224,17 +281,21 @@ def _write_csr(path: Path, count: int, n: int, arrays: Path, bar: tqdm) -> int:
     filled in memory from its two runs and written once, in order.
     """
     degree = np.zeros(n, dtype=np.int64)
+    above = np.zeros(n, dtype=np.int64)  # keys per hi: exact bounds of the transpose
     for chunk in _key_chunks(path, 0, count):
-        for ends in np.divmod(chunk, np.int64(n)):  # counted sorted: no N-sized temporary
-            ends.sort()
+        for counts, ends in zip((degree, above), np.divmod(chunk, np.int64(n)), strict=True):
+            ends.sort()  # counted sorted: no N-sized temporary
             first = np.flatnonzero(np.concatenate([[True], ends[1:] != ends[:-1]]))
-            degree[ends[first]] += np.diff(np.append(first, ends.shape[0]))
+            counts[ends[first]] += np.diff(np.append(first, ends.shape[0]))
+    degree += above
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(degree, out=indptr[1:])
     del degree
     np.save(arrays / "indptr.npy", indptr)
     nnz = int(indptr[-1])
-    rev = _transpose(path, count, n, path.parent)
+    bounds = bounds_from_counts(above, n)
+    del above
+    rev = _transpose(path, count, n, path.parent, bounds)
     indices = np.lib.format.open_memmap(arrays / "indices.npy", "w+", np.int64, (nnz,))
     r0 = 0
     while r0 < n:
