@@ -289,7 +289,11 @@ def _write_features(path: Path, n: int, n_name: str, arrays: Path, dtype: str) -
                 "holds a value that is not a finite float32 (NaN, inf, or beyond +-3.4e38); "
                 "values must be finite",
             )
-        values = block.astype(np.float16) if half else block
+        if half:
+            with np.errstate(over="ignore"):  # overflow is refused just below, by its line
+                values = block.astype(np.float16)
+        else:
+            values = block
         if half:
             over = nonfinite_rows(values)
             if over.size:

@@ -246,6 +246,8 @@ def _key_chunks(path: Path, start: int, stop: int) -> Iterator[np.ndarray]:
 
 def _keys_below(path: Path, key: int) -> int:
     """How many keys of the (sorted) key file are below ``key``."""
+    if os.path.getsize(path) == 0:  # an edgeless graph: nothing to map
+        return 0
     keys = np.memmap(path, dtype=np.int64, mode="r")
     try:
         return int(np.searchsorted(keys, key))

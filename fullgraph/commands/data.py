@@ -14,7 +14,7 @@ from fullgraph.resources import peak_rss_mb
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``data`` subcommand (``synth``, ``linksplit``, ``info``) to the parser."""
+    """Add the ``data`` subcommand (``synth``, ``linksplit``, ``ingest``, ``info``)."""
     from fullgraph.cli import summary
 
     parser = subparsers.add_parser(
@@ -103,6 +103,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synth.set_defaults(func=_synth)
 
     add_linksplit(sub)
+    from fullgraph.commands.data_ingest import add_ingest
+
+    add_ingest(sub, setup_logging, _report)
 
     info = sub.add_parser(
         "info",
