@@ -182,6 +182,10 @@ class TrainCommand(Command):
         if comm.rank == 0 and not quiet and graphs is not None:
             for i, graph in enumerate(graphs):
                 print(f"receptive field: {graph.describe(i)}", flush=True)
+        if trainer.train_rows is not None and not quiet:  # a per-row stack's steps
+            line = trainer.train_rows_line()
+            if comm.rank == 0:
+                print(line, flush=True)
         for line in plan_lines:  # the prediction with the other start lines
             if not line.startswith("warning:") and not quiet:
                 print(line, flush=True)

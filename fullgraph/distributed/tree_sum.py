@@ -162,6 +162,8 @@ class BlockLayout:
             block order); :meth:`partials` then gives ``partial`` each block's rows at those
             positions, zero rows where the cut dropped nodes: the whole graph's inputs where
             those rows carry zero gradient, so the whole graph's bits.
+        empty_blocks: blocks may hold no row (:meth:`restricted`): their partials are taken
+            over no row (zeros), so that the tree still covers every block of the graph.
     """
 
     num_blocks: int
@@ -170,6 +172,7 @@ class BlockLayout:
     block_ptr: np.ndarray
     full_rows: np.ndarray | None = None
     positions: np.ndarray | None = None
+    empty_blocks: bool = False
     contiguous: bool = field(init=False)
     labels: list[Label] = field(init=False)
     _leaves: list[int] = field(init=False, repr=False)
@@ -185,7 +188,7 @@ class BlockLayout:
                 f"block_ptr must hold {len(ids) + 1} offsets from 0 to {len(rows)}, got "
                 f"{len(ptr)} from {ptr[:1]} to {ptr[-1:]}"
             )
-        if np.any(np.diff(ptr) < 1):
+        if np.any(np.diff(ptr) < (0 if self.empty_blocks else 1)):
             raise ValueError("every block of a part must hold at least one row")
         if len(ids) and (np.any(np.diff(ids) <= 0) or ids[0] < 0 or ids[-1] >= self.num_blocks):
             raise ValueError(f"block_ids must ascend within 0..{self.num_blocks - 1}")
@@ -228,6 +231,29 @@ class BlockLayout:
             return None
         full, pos = getattr(part, "block_full", None), getattr(part, "block_pos", None)
         return cls(int(num_blocks), part.block_ids, part.block_rows, part.block_ptr, full, pos)
+
+    def restricted(self, keep: np.ndarray) -> BlockLayout:
+        """The layout of the inner rows ``keep`` alone (ascending local rows, renumbered
+        ``0 .. len(keep) - 1`` in that order): each block holds its rows among them in the same
+        (block, global id) order, a block left without rows stays, empty (its partials are
+        zeros: the tree covers every block of the graph still). Which rows of a block are kept
+        depends on the nodes alone, not on the rank count, so the tree's sums over the
+        restricted blocks are the same bits at any P. A cut's zero-row padding is not carried:
+        the kept rows are the whole graph's rows of their blocks among ``keep``.
+
+        Raises:
+            ValueError: ``keep`` does not ascend within the part's inner rows.
+        """
+        keep = np.asarray(keep, dtype=np.int64)
+        n = self.num_rows
+        if keep.size and (keep[0] < 0 or keep[-1] >= n or np.any(np.diff(keep) <= 0)):
+            raise ValueError(f"restricted: rows must ascend within 0..{n - 1}")
+        new_id = np.full(n, -1, dtype=np.int64)
+        new_id[keep] = np.arange(keep.size, dtype=np.int64)
+        mapped = new_id[self.block_rows]
+        kept = mapped >= 0
+        ptr = np.concatenate([[0], np.cumsum(kept, dtype=np.int64)])[self.block_ptr]
+        return BlockLayout(self.num_blocks, self.block_ids, mapped[kept], ptr, empty_blocks=True)
 
     @property
     def num_rows(self) -> int:

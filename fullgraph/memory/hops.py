@@ -63,6 +63,7 @@ class HopsRank(RowRank):
         led.drop("part ids", "part indices")  # no edge structure is kept
         if self.g.edge_value_bytes(p):
             led.drop("part edge values")
+        self.train_rows_inputs(self.width, BF16 if self.bf16 else F32)
         self._parameters()
 
     def _precompute(self) -> None:

@@ -23,10 +23,13 @@ Per layer ``i`` with input width ``d`` and output width ``o``:
 
 from __future__ import annotations
 
+import dataclasses
+
 from fullgraph.memory.ledger import BF16, F32, F64, I32, I64
 from fullgraph.memory.linear import LinearRank
 from fullgraph.memory.shapes import GraphShape, PartShape
 from fullgraph.training.config import TrainConfig
+from fullgraph.training.train_rows import restricts_stack
 
 
 class RowRank(LinearRank):
@@ -45,6 +48,31 @@ class RowRank(LinearRank):
         self.pre = False  # nothing to aggregate once
         #: propagation steps after the last layer (``appnp``'s ``K``; 0: none)
         self.hops = int(getattr(self.model.layers[-1], "hops", 0))
+        #: training steps run on the training rows alone (:mod:`fullgraph.training.train_rows`)
+        self.rows_only = restricts_stack(self.model, cfg) and not predict
+
+    def train_rows_inputs(self, width: int, elem: int) -> None:
+        """What :func:`~fullgraph.training.train_rows.train_rows` keeps for the run: the
+        training rows' input rows (``width`` values of ``elem`` bytes), their features,
+        labels, ids and rows (the features again where the input is them)."""
+        if not self.rows_only:
+            return
+        t, F = self.p.num_train, self.g.num_features
+        extra = elem * t * width if width != F or elem != F32 else 0
+        self.led.add("training rows", "features", extra + F32 * t * F + 4 * I64 * t)
+
+    def train_step(self) -> None:
+        """:meth:`~fullgraph.memory.replay.RankReplay.train_step`, on the training rows alone
+        where the trainer restricts it."""
+        if not self.rows_only:
+            super().train_step()
+            return
+        whole = self.p
+        self.p = dataclasses.replace(whole, num_inner=whole.num_train)
+        try:
+            super().train_step()
+        finally:
+            self.p = whole
 
     def setup(self) -> None:
         """:func:`~fullgraph.training.assembly.assemble_rank` for a per-row stack."""
@@ -64,6 +92,7 @@ class RowRank(LinearRank):
         led.drop("part ids", "part indices")  # no edge structure is kept
         if self.g.edge_value_bytes(p):
             led.drop("part edge values")
+        self.train_rows_inputs(self.g.num_features, F32)
         self._parameters()
 
     def _slice_structure(self, halo_edges: int) -> None:

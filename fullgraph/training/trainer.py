@@ -42,6 +42,7 @@ from fullgraph.run.torch_file import check_values, named_values
 from fullgraph.training.assembly import assemble_rank
 from fullgraph.training.config import TrainConfig
 from fullgraph.training.model_file import model_state, save_model_file
+from fullgraph.training.train_rows import train_rows
 
 __all__ = ["StepResult", "TrainConfig", "Trainer", "check_finite"]
 
@@ -148,6 +149,8 @@ class Trainer(EpochLoop):
                 params,
             )
         self.model = self._build_model(part)
+        #: a per-row stack's training steps on the training rows alone (``None``: every row)
+        self.train_rows = train_rows(self.model, config, self.ctx, self.data)
         self.num_features, self.num_classes = int(part.num_features), int(part.num_classes)
         #: how the model file names the data (the command sets it; default: the partition)
         self.data_label = ""
@@ -198,13 +201,17 @@ class Trainer(EpochLoop):
         t0 = time.perf_counter()
         self.model.train()
         tree = self.fresh_tree()
+        sub = self.train_rows
+        x, ctx, y = (
+            (self.data["x"], self.ctx, self.data["y"]) if sub is None else (sub.x, sub.ctx, sub.y)
+        )
+        mask = self.data["train"] if sub is None else sub.mask
         with self.ctx.plan.training_step(epoch), collecting(tree):
-            logits = self.model(self.data["x"], self.ctx, epoch=epoch, training=True)
-            mask = self.data["train"]
+            logits = self.model(x, ctx, epoch=epoch, training=True)
             if tree is None:
-                loss = F.cross_entropy(logits[mask], self.data["y"][mask], reduction="sum")
+                loss = F.cross_entropy(logits[mask], y[mask], reduction="sum")
             else:  # per row, summed per block and over the tree (the same bits at any P)
-                per_row = F.cross_entropy(logits[mask], self.data["y"][mask], reduction="none")
+                per_row = F.cross_entropy(logits[mask], y[mask], reduction="none")
                 rows = torch.zeros(mask.shape[0], dtype=per_row.dtype, device=per_row.device)
                 rows = rows.masked_scatter(mask, per_row)
                 tree.add_loss(rows, self.num_train_global)
@@ -223,11 +230,27 @@ class Trainer(EpochLoop):
             codec_s=(compression.codec_s - codec0) if compression is not None else 0.0,
         )
 
+    def train_rows_line(self) -> str:
+        """The line saying that the steps run on the training rows alone (collective: every
+        rank calls it)."""
+        counts = torch.tensor(
+            [float(self.train_rows.rows.shape[0]), float(self.data["train"].shape[0])],
+            dtype=torch.float64,
+        )
+        rows, total = (int(v) for v in self.comm.allreduce_(counts, "sum", tag="setup").tolist())
+        return (
+            f"receptive field: every layer is per row, so training steps run on the "
+            f"{rows:,}/{total:,} training rows alone ({rows / max(total, 1):.1%}; --prune off: "
+            f"every row)"
+        )
+
     def fresh_tree(self) -> BlockGradients | None:
         """The step's block tree (``None`` without the part's blocks), every gradient cleared
         for it: zeroed without a tree; with one, no ``.grad`` at all (a parameter that gets
         one used autograd besides the block tree)."""
-        blocks = self.ctx.blocks
+        blocks = self.ctx.blocks  # the training rows' own where the step runs on them alone
+        if blocks is not None and self.train_rows is not None:
+            blocks = self.train_rows.ctx.blocks
         tree = BlockGradients(blocks) if blocks is not None else None
         if tree is None:
             self.optimizer.zero_grad()

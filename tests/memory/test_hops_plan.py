@@ -57,14 +57,20 @@ def test_terms_add_up(precision: str, ranks: int, mode: str) -> None:
 def test_the_hops_are_kept_with_the_features() -> None:
     shape = _shape(4)
     n, f = shape.parts[0].num_inner, shape.num_features
-    base = _setup_features(TrainConfig(model="mlp", layers=2, input_dropout=0.0), shape)
+    t = shape.parts[0].num_train
+    off = {"input_dropout": 0.0, "prune": "off"}  # every row in training: nothing copied
+    base = _setup_features(TrainConfig(model="mlp", layers=2, **off), shape)
     for k in (1, 3, 5):
-        sign = TrainConfig(model="sign", hops=k, input_dropout=0.0)
+        sign = TrainConfig(model="sign", hops=k, **off)
         assert _setup_features(sign, shape) - base == 4 * n * (k + 1) * f, k
         mixed = replace(sign, precision="bf16-mixed")
         assert _setup_features(mixed, shape) - base == 2 * n * (k + 1) * f, k
-        sgc = TrainConfig(model="sgc", hops=k, input_dropout=0.0)
+        sgc = TrainConfig(model="sgc", hops=k, **off)
         assert _setup_features(sgc, shape) - base == 4 * n * f, k
+        # --prune auto (the default): the training rows' hops are copied out as well
+        auto = replace(sign, prune="auto")
+        base_auto = _setup_features(TrainConfig(model="mlp", layers=2, input_dropout=0.0), shape)
+        assert _setup_features(auto, shape) - base_auto == 4 * (n + t) * (k + 1) * f, k
 
 
 def test_the_precompute_peak_grows_with_the_hops_and_exchanges() -> None:
@@ -79,16 +85,18 @@ def test_the_precompute_peak_grows_with_the_hops_and_exchanges() -> None:
     assert led.phase_peaks["setup"][1]["halo"] == 0
 
 
-def test_input_dropout_keeps_the_dropped_hops() -> None:
+@pytest.mark.parametrize("prune", ["off", "auto"])
+def test_input_dropout_keeps_the_dropped_hops(prune: str) -> None:
+    """Of every row (``--prune off``), or of the training rows the step runs on (``auto``)."""
     shape = _shape(4)
-    n, f = shape.parts[0].num_inner, shape.num_features
+    part, f = shape.parts[0], shape.num_features
+    rows = part.num_inner if prune == "off" else part.num_train
     kept = []
     for p in (0.0, 0.3):
-        led = _replay(
-            shape.parts[0], shape, TrainConfig(model="sign", hops=2, input_dropout=p), FLOOR
-        )
+        cfg = TrainConfig(model="sign", hops=2, input_dropout=p, prune=prune)
+        led = _replay(part, shape, cfg, FLOOR)
         kept.append(led.phase_peaks["loss"][1]["saved"])
-    assert kept[1] - kept[0] == 4 * n * 3 * f
+    assert kept[1] - kept[0] == 4 * rows * 3 * f
 
 
 @pytest.mark.timeout(120)

@@ -107,6 +107,7 @@ class APPNPLayer(MLPLayer):
     precomputable = False
     reads_edges = False
     prunable = False  # K steps of one operator: pruning would need K restricted ones
+    per_row = False  # the propagation after the last layer reads every row
     self_loops = True  # the GCN operator (the memory model replays its set-up)
     accepts = ("hops", "alpha")
     pyg = PygExport(  # PyG has no model of an MLP and APPNP under ``convs``

@@ -117,6 +117,9 @@ class GraphLayer(nn.Module):
         prunable: the layer's output row depends on that row's in-neighbours only, through
             ``ctx.layer_graph`` (so training may restrict it to the rows the loss reaches,
             :mod:`fullgraph.distributed.receptive_field`).
+        per_row: every output row is a function of that row's input alone (no operator: MLP,
+            SGC's and SIGN's layers on their precomputed hops), so a training step may run on
+            the rows the loss reads alone (:mod:`fullgraph.training.train_rows`).
         root_term: the body adds a root term ``h R^T`` (SAGE, GIN), so it keeps its input in
             either order (the memory model reads it).
         row_mlp: after the body, a ReLU in place and a linear layer ``out -> out`` per row
@@ -144,6 +147,7 @@ class GraphLayer(nn.Module):
     precomputable: ClassVar[bool] = True
     fresh_input_grad: ClassVar[bool] = False
     prunable: ClassVar[bool] = False
+    per_row: ClassVar[bool] = False
     root_term: ClassVar[bool] = False
     row_mlp: ClassVar[bool] = False
     accepts: ClassVar[tuple[str, ...]] = ()

@@ -57,6 +57,7 @@ class MLPLayer(GraphLayer):
     reads_edges = False  # nor any edge: no edge structure kept
     fresh_input_grad = True
     prunable = False  # nothing to prune: no operator
+    per_row = True  # training may run on the loss's rows alone (training.train_rows)
     replay = "rows"
     pyg = PygExport(  # PyG's own MLP names its layers ``lins``, not ``convs``
         conv="Linear",

@@ -168,6 +168,7 @@ class SIGNInception(GraphLayer):
     precomputable = False
     reads_edges = False
     hop_input = "all"
+    per_row = True
 
     def __init__(self, in_dim: int, width: int, hops: int, *, last: bool) -> None:
         out = width if last else (hops + 1) * width
