@@ -56,19 +56,40 @@ STAGES = [
 #: The ``/proc/self/status`` fields noted at each stage (kB there, MiB here): the resident
 #: set, its anonymous, file-backed and shared-memory parts, and its peak so far.
 FIELDS = ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmHWM")
+#: From ``/proc/self/smaps_rollup`` (MiB): the proportional and the unique set size.
+ROLLUP = ("Pss", "Uss")
 #: The model every rank trains (small: the floor is what does not depend on it).
 TRAIN_ARGS = ["--model", "gcn", "--layers", "2", "--hidden", "64", "--epochs", "2"]
 
 
-def memory_status(path: str = "/proc/self/status") -> dict[str, float]:
+def memory_status(
+    path: str = "/proc/self/status", rollup: str = "/proc/self/smaps_rollup"
+) -> dict[str, float]:
     """This process's resident memory now, MiB: ``VmRSS`` and its anonymous, file-backed and
-    shared-memory parts (the :data:`FIELDS` of ``/proc/self/status``)."""
-    out = dict.fromkeys(FIELDS, 0.0)
+    shared-memory parts (the :data:`FIELDS` of ``/proc/self/status``), and from
+    ``smaps_rollup`` the :data:`ROLLUP` fields: ``Pss`` (every page divided by the processes
+    mapping it) and ``Uss`` (``Private_Clean + Private_Dirty``: pages no other process maps,
+    what this rank alone adds to its node; the shared library pages its peers map too are not
+    in it)."""
+    out = dict.fromkeys(FIELDS + ROLLUP, 0.0)
     with open(path) as f:
         for line in f:
             key, _, rest = line.partition(":")
             if key in out:
                 out[key] = int(rest.split()[0]) / 1024
+    try:
+        with open(rollup) as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                fields = rest.split()
+                if not fields or not fields[0].isdigit():
+                    continue
+                if key == "Pss":
+                    out["Pss"] = int(fields[0]) / 1024
+                elif key in ("Private_Clean", "Private_Dirty"):
+                    out["Uss"] += int(fields[0]) / 1024
+    except OSError:  # no smaps_rollup (an old kernel): the status fields alone
+        pass
     return out
 
 
@@ -278,11 +299,13 @@ def report(ranks: int, result: dict[str, Any], writer: CSVWriter | None) -> list
             lines.append(
                 f"P={ranks} rank {r}  {stage:13s} VmRSS {s['VmRSS']:6.0f}  anon "
                 f"{s['RssAnon']:5.0f}  file {s['RssFile']:5.0f}  shmem {s['RssShmem']:3.0f}  "
-                f"peak so far {s['VmHWM']:4.0f} MiB"
+                f"peak so far {s['VmHWM']:4.0f}  uss {s.get('Uss', 0.0):4.0f}  pss "
+                f"{s.get('Pss', 0.0):4.0f} MiB"
             )
             if writer is not None:
-                for field in FIELDS:
-                    writer.write("rank_floor", stage, field, "MiB", f"P{ranks}/rank{r}", s[field],
+                for field in FIELDS + ROLLUP:
+                    value = s.get(field, 0.0)
+                    writer.write("rank_floor", stage, field, "MiB", f"P{ranks}/rank{r}", value,
                                  ranks)  # fmt: skip
         if "packages" in record:
             anon = record.get("packages_anon", {})

@@ -34,6 +34,21 @@ def peak_rss_mb() -> float:
     return ru / (1024 * 1024) if sys.platform == "darwin" else ru / 1024
 
 
+def file_backed_rss_bytes() -> int:
+    """The file-backed part of this process's resident set now, bytes (``RssFile`` of
+    ``/proc/self/status``: the shared libraries' pages where no data file is mapped; every
+    process on a node that maps the same library shares one copy of them in the page cache).
+    0 where the kernel does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssFile:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def current_rss_mb() -> float:
     """Current resident set size of this process, in MiB."""
     try:

@@ -35,6 +35,7 @@ from fullgraph.memory.model import (
     predict_quickly,
 )
 from fullgraph.memory.plan import GIB, MIB, machine_memory_bytes, mib, node_fits
+from fullgraph.resources import file_backed_rss_bytes
 from fullgraph.training.config import TrainConfig, TrainData
 
 if TYPE_CHECKING:
@@ -241,6 +242,7 @@ def run_plan(args: argparse.Namespace) -> int:
     graph, named = _shape(data, cfg)
     per_node = opts.ranks_per_node or graph.num_parts
     node_memory = int(opts.node_memory * GIB) if opts.node_memory else machine_memory_bytes()
+    shared = 0  # the floor's libraries, once per node: known when it is measured here
     if opts.floor_mb is not None:
         floor, source = int(opts.floor_mb * MIB), "given"
     else:  # the probe runs the model: not one whose sizes cannot fit (--hidden 10000000)
@@ -249,6 +251,7 @@ def run_plan(args: argparse.Namespace) -> int:
             nf.fits for nf in node_fits(predict_quickly(graph, cfg, floor), per_node, node_memory)
         ):
             floor, source = _floor(cfg, graph, per_node), "measured"
+            shared = min(file_backed_rss_bytes(), floor)
     mode = "predict" if opts.predict else "train"
     preds = predict_quickly(graph, cfg, floor, mode)
     print(
@@ -276,5 +279,5 @@ def run_plan(args: argparse.Namespace) -> int:
             f"largest rank (predict: {mib(max(p.total for p in preds))} MiB); predict / training "
             f"at most {preds[worst].total / max(trained[worst].total, 1):.2f} (rank {worst})"
         )
-    print_fits(preds, per_node, node_memory, "a narrower model or halo compression")
+    print_fits(preds, per_node, node_memory, "a narrower model or halo compression", shared)
     return 0

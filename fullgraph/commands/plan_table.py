@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from fullgraph.config import Config, number, option
 from fullgraph.errors import ConfigError
 from fullgraph.memory.model import TERMS, Prediction
-from fullgraph.memory.plan import GIB, mib, node_fits, ranks_label
+from fullgraph.memory.plan import GIB, mib, node_fits, node_line, ranks_label
 
 #: Column headings of the terms in the table (same order as :data:`TERMS`).
 SHORT = {
@@ -77,7 +77,9 @@ def size_table(
     ]
 
 
-def print_fits(preds: list[Prediction], per_node: int, node_memory: int, advice: str) -> None:
+def print_fits(
+    preds: list[Prediction], per_node: int, node_memory: int, advice: str, shared: int = 0
+) -> None:
     """Every node's verdict; one that does not fit ends the command.
 
     Args:
@@ -85,17 +87,14 @@ def print_fits(preds: list[Prediction], per_node: int, node_memory: int, advice:
         per_node: ranks on each node, consecutive ranks together.
         node_memory: the memory of one node, bytes.
         advice: the last of the remedies named (after more ranks, fewer per node).
+        shared: the floor's file-backed bytes, counted once per node (:func:`node_fits`).
 
     Raises:
         ConfigError: a node does not fit (one line naming the worst).
     """
-    fits = node_fits(preds, per_node, node_memory)
+    fits = node_fits(preds, per_node, node_memory, shared)
     for nf in fits:
-        verdict = "fits" if nf.fits else "does NOT fit"
-        print(
-            f"node {nf.node} ({ranks_label(nf.ranks)}): {nf.need / GIB:.2f} GiB of "
-            f"{nf.have / GIB:.2f} GiB: {verdict}"
-        )
+        print(node_line(nf))
     sys.stdout.flush()
     bad = [nf for nf in fits if not nf.fits]
     if bad:

@@ -23,6 +23,7 @@ from fullgraph.memory.model import (
     measure_floor,
     predict_quickly,
 )
+from fullgraph.resources import file_backed_rss_bytes
 from fullgraph.training.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class NodeFit:
     ranks: list[int]
     need: int
     have: int
+    shared: int = 0
 
     @property
     def fits(self) -> bool:
@@ -55,20 +57,38 @@ class NodeFit:
         return self.need <= self.have
 
 
-def node_fits(preds: list[Prediction], ranks_per_node: int, node_memory: int) -> list[NodeFit]:
-    """Consecutive ``ranks_per_node`` ranks per node (mpirun's default placement)."""
+def node_fits(
+    preds: list[Prediction], ranks_per_node: int, node_memory: int, shared: int = 0
+) -> list[NodeFit]:
+    """Consecutive ``ranks_per_node`` ranks per node (mpirun's default placement).
+
+    ``shared``: the file-backed part of the process floor (the libraries' code, one copy in
+    the node's page cache whatever the number of ranks mapping it), counted once per node
+    instead of once per rank; 0 counts it in every rank (an upper bound)."""
     out = []
     for start in range(0, len(preds), ranks_per_node):
         group = preds[start : start + ranks_per_node]
+        once = min([shared, *(p.terms.get("floor", p.total) for p in group)])
         out.append(
             NodeFit(
                 node=start // ranks_per_node,
                 ranks=[p.rank for p in group],
-                need=sum(p.total for p in group),
+                need=sum(p.total for p in group) - max(0, len(group) - 1) * once,
                 have=node_memory,
+                shared=once if len(group) > 1 else 0,
             )
         )
     return out
+
+
+def node_line(nf: NodeFit) -> str:
+    """``node 0 (ranks 0-3): 3.14 GiB of 23.54 GiB: fits`` (and the libraries counted once)."""
+    verdict = "fits" if nf.fits else "does NOT fit"
+    once = f" (the libraries' {mib(nf.shared)} MiB once)" if nf.shared else ""
+    return (
+        f"node {nf.node} ({ranks_label(nf.ranks)}): {nf.need / 2**30:.2f} GiB{once} of "
+        f"{nf.have / 2**30:.2f} GiB: {verdict}"
+    )
 
 
 def mib(nbytes: float) -> str:
@@ -179,6 +199,8 @@ class StartupPlan:
         #: this process before it loads anything: the floor's lower bound
         self.resident = current_rss_bytes()
         self.floor = self.resident
+        #: the floor's file-backed part, counted once per node (measured with the floor)
+        self.shared = 0
         self.fits = True
 
     @property
@@ -192,7 +214,7 @@ class StartupPlan:
 
     def _fits(self, graph: GraphShape) -> tuple[list[Prediction], list[NodeFit]]:
         preds = predict_quickly(graph, self.cfg, self.floor, self.mode)
-        fits = node_fits(preds, self.per_node, machine_memory_bytes())
+        fits = node_fits(preds, self.per_node, machine_memory_bytes(), self.shared)
         self.fits = all(nf.fits for nf in fits)
         return preds, fits
 
@@ -220,6 +242,7 @@ class StartupPlan:
         before = current_rss_bytes()
         after = measure_floor(self.cfg, num_features, num_classes)
         self.floor = self.resident + max(0, after - before)
+        self.shared = min(file_backed_rss_bytes(), self.floor)
 
     def report(self, graph: GraphShape) -> list[str]:
         """Step 3: rank 0's predicted peak, and the refusal or warnings.
@@ -283,5 +306,5 @@ def check_minibatch(
         per_node,
         current_rss_bytes(),
     )
-    fits = node_fits(preds, per_node, machine_memory_bytes())
+    fits = node_fits(preds, per_node, machine_memory_bytes(), file_backed_rss_bytes())
     return [plan_line(preds[0]), *memory_verdict(fits, check, MINIBATCH_ADVICE)]

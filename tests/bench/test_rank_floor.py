@@ -20,16 +20,25 @@ def test_memory_status_reads_the_resident_parts(tmp_path: Path) -> None:
         "Name:\tpython\nVmHWM:\t  512000 kB\nVmRSS:\t  409600 kB\nRssAnon:\t  204800 kB\n"
         "RssFile:\t  198656 kB\nRssShmem:\t    6144 kB\nThreads:\t5\n"
     )
-    got = bench.memory_status(str(status))
+    rollup = tmp_path / "smaps_rollup"
+    rollup.write_text(
+        "00400000-7ffd rw-p 00000000 00:00 0    [rollup]\nRss:  409600 kB\nPss:  256000 kB\n"
+        "Shared_Clean:  153600 kB\nPrivate_Clean:  51200 kB\nPrivate_Dirty:  204800 kB\n"
+    )
+    got = bench.memory_status(str(status), str(rollup))
     assert got == {
         "VmRSS": 400.0,
         "RssAnon": 200.0,
         "RssFile": 194.0,
         "RssShmem": 6.0,
         "VmHWM": 500.0,
+        "Pss": 250.0,
+        "Uss": 250.0,
     }
+    assert bench.memory_status(str(status), str(tmp_path / "none"))["Uss"] == 0.0
     here = bench.memory_status()
-    assert here["VmRSS"] > 0 and set(here) == set(bench.FIELDS)
+    assert here["VmRSS"] > 0 and set(here) == set(bench.FIELDS + bench.ROLLUP)
+    assert 0 < here["Uss"] <= here["Pss"] <= here["VmRSS"] + 1
 
 
 def test_the_import_meter_counts_each_module_it_sees_load() -> None:
@@ -95,7 +104,7 @@ def test_report_prints_every_stage_and_writes_rows(tmp_path: Path) -> None:
     assert "torch 1.0 (0.5)" in lines[2] and lines[-1].endswith("405")
     with open(tmp_path / "rank_floor.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 2 * len(bench.FIELDS) + 1
+    assert len(rows) == 2 * len(bench.FIELDS + bench.ROLLUP) + 1
     assert {r["x"] for r in rows} == {"P2/rank0"} and rows[-1]["metric"] == "process_floor"
 
 

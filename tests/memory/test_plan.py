@@ -418,3 +418,22 @@ def test_node_memory_is_the_cgroup_limit_when_lower(tmp_path: Path) -> None:
     proc.write_text("4:memory:/jobs/42\n1:cpu:/\n0::/user.slice/job\nnonsense\n")
     assert sorted(_cgroup_limits(str(proc), str(tmp_path / "fs"))) == [4 * 2**30, 8 * 2**30]
     assert _cgroup_limits(str(tmp_path / "missing"), str(tmp_path)) == []
+
+
+def test_node_fits_counts_the_libraries_once() -> None:
+    """The floor's file-backed part (the libraries' pages, one copy in the page cache) is
+    counted once per node; a lone rank and ``shared=0`` count every rank's whole floor."""
+    from fullgraph.memory.plan import node_fits, node_line
+
+    cfg = TrainConfig(model="sage", layers=2, hidden=64)
+    floor, shared = 300 * 2**20, 100 * 2**20
+    preds = predict(_shape(4), cfg, floor)
+    whole = sum(p.total for p in preds)
+    (four,) = node_fits(preds, 4, 64 * 2**30, shared)
+    assert four.need == whole - 3 * shared and four.shared == shared
+    assert "the libraries' 100 MiB once" in node_line(four)
+    assert node_fits(preds, 4, 64 * 2**30)[0].need == whole
+    ones = node_fits(preds, 1, 64 * 2**30, shared)
+    assert [nf.need for nf in ones] == [p.total for p in preds] and not ones[0].shared
+    # never more than a rank's floor
+    assert node_fits(preds, 4, 64 * 2**30, 10 * floor)[0].need == whole - 3 * floor
