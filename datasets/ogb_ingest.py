@@ -37,6 +37,7 @@ edge values; the in-memory reader reads those.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import zlib
 from collections.abc import Iterator
@@ -65,12 +66,21 @@ from fullgraph.datasets.ogb_writer import ARRAYS_DIR, DATASET, MARKER_FORMAT
 from fullgraph.datasets.paths import dataset_dir, dataset_inputs, raw_dir
 from fullgraph.errors import ConfigError, DataError
 
-__all__ = ["BLOCK_BYTES", "CHUNK_BYTES", "NODE_BYTES", "default_name", "ingest_ogb", "stream_csv"]
+__all__ = [
+    "BLOCK_BYTES",
+    "CHUNK_BYTES",
+    "NODE_BYTES",
+    "default_name",
+    "ingest_ogb",
+    "source_nodes",
+    "stream_csv",
+]
 
 log = logging.getLogger(__name__)
 
-#: Bytes of CSV text pyarrow parses per block (one block per yielded array).
-BLOCK_BYTES = 1 << 24
+#: Bytes of CSV text pyarrow parses per block (one block per yielded array); small, since
+#: pyarrow's streaming reader of a gzip file holds many blocks' worth in flight.
+BLOCK_BYTES = 1 << 22
 #: Bytes per node the ingest keeps in memory at most (the bound, docs/datasets.md).
 NODE_BYTES = 48
 #: Bytes of chunk-sized buffers besides (a bucket being sorted, CSR rows, CSV blocks).
@@ -325,8 +335,19 @@ def _write_features(path: Path, n: int, n_name: str, arrays: Path, dtype: str) -
     return width
 
 
-def _check_source(d: Path, symmetric: bool) -> None:
-    """Refuse what the ``npy`` layout cannot hold, before any work."""
+def source_nodes(root: str | Path, name: str, symmetric: bool = True) -> tuple[Path, int]:
+    """The directory and node count of the OGB-layout dataset ``name`` that
+    :func:`ingest_ogb` would read, refusing (before any work) what the ``npy`` layout cannot
+    hold.
+
+    Raises:
+        ConfigError: a dataset in the ``npy`` layout already, edge-value files, a directed
+            reading.
+        DataError: a missing dataset or node count, or more nodes than int64 keys allow.
+    """
+    if is_npy_dataset(dataset_dir(root, name)):
+        raise ConfigError(f"{dataset_dir(root, name)} is in the npy layout already")
+    d = raw_dir(root, name).parent
     fix = "read this dataset with the in-memory reader (fullgraph.datasets.load) instead"
     if not symmetric:
         raise ConfigError(
@@ -338,6 +359,11 @@ def _check_source(d: Path, symmetric: bool) -> None:
                 f"{d / 'raw' / fname}: the npy layout holds no edge values (a symmetric graph "
                 f"without per-edge files); {fix}"
             )
+    n_path = d / "raw" / "num-node-list.csv.gz"
+    n = _read_count(_require(n_path), 1)
+    if n > _MAX_NODES:
+        raise DataError(f"{n_path}: {n} nodes; ingest takes at most {_MAX_NODES:,}")
+    return d, n
 
 
 def ingest_ogb(
@@ -375,22 +401,16 @@ def ingest_ogb(
         raise ConfigError(
             f"--feature-dtype {feature_dtype!r}: choose one of {', '.join(FEATURE_DTYPES)}"
         )
-    if is_npy_dataset(dataset_dir(root, name)):
-        raise ConfigError(f"{dataset_dir(root, name)} is in the npy layout already")
-    d = raw_dir(root, name).parent
+    d, n = source_nodes(root, name, symmetric)
     out_root = Path(root if out_root is None else out_root)
     out_name = default_name(name) if out_name is None else out_name
     target = dataset_dir(out_root, out_name)
     named = f"--out-root {out_root} --name {out_name}"
     check_apart([Place(target, named, whole=True)], dataset_inputs(name, root))
-    _check_source(d, symmetric)
     marker = read_marker(d)
     raw = d / "raw"
     n_path = raw / "num-node-list.csv.gz"
-    n = _read_count(_require(n_path), 1)
     m = _read_count(_require(raw / "num-edge-list.csv.gz"), 0)
-    if n > _MAX_NODES:
-        raise DataError(f"{n_path}: {n} nodes; ingest takes at most {_MAX_NODES:,}")
     says = f"{n_path.name} says {n} nodes"
     feat = raw / "node-feat.csv.gz"
     has_features = feat.is_file() or marker.get("has_features", True)
@@ -428,7 +448,7 @@ def ingest_ogb(
             "edges_symmetric_once": True,
             "has_features": bool(has_features),
             "feature_dtype": feature_dtype,
-            "ingested_from": {"path": str(d), "name": name},
+            "ingested_from": {"path": os.path.abspath(d), "name": name},
         }
         if "source" in marker:
             out_marker["source"] = marker["source"]

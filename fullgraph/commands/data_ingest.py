@@ -90,10 +90,9 @@ def _ingest(
     report: Callable[[Path, object], None],
 ) -> int:
     from fullgraph.atomic import Place, check_apart, check_output
-    from fullgraph.datasets.ogb import _read_count, _require
-    from fullgraph.datasets.ogb_ingest import default_name, ingest_ogb
+    from fullgraph.datasets.ogb_ingest import default_name, ingest_ogb, source_nodes
     from fullgraph.datasets.ogb_writer import DATASET
-    from fullgraph.datasets.paths import dataset_dir, dataset_inputs, raw_dir
+    from fullgraph.datasets.paths import dataset_dir, dataset_inputs
     from fullgraph.errors import ConfigError
     from fullgraph.resources import StageTimer
 
@@ -101,7 +100,7 @@ def _ingest(
     name = args.name or default_name(args.dataset)
     out_root = args.root if args.out_root is None else args.out_root
     target = dataset_dir(out_root, name)  # DataError for a name that is a path
-    source = raw_dir(args.root, args.dataset)  # DataError for a missing dataset
+    _, nodes = source_nodes(args.root, args.dataset)  # refusals of the source, before any work
     if os.path.lexists(out_root) and not out_root.is_dir():
         raise ConfigError(f"--out-root {out_root} is a file; give a dataset root directory")
     if args.out_root is None and not os.access(args.root, os.W_OK):
@@ -119,7 +118,7 @@ def _ingest(
         ours=DATASET,
         advice="choose another --name or --out-root, or remove it yourself",
     )
-    check_ingest_memory(_read_count(_require(source / "num-node-list.csv.gz"), 1))
+    check_ingest_memory(nodes)
     timer = StageTimer()
     with timer.stage("ingest"):
         path = ingest_ogb(
