@@ -24,8 +24,8 @@ Memory bound: about :data:`NODE_BYTES` bytes per node (labels, masks, the key co
 the CSR's degrees, offsets and counts per ``hi``; a one-id bucket's presence array) plus
 :data:`CHUNK_BYTES` for chunk buffers (a bucket being sorted, a range of CSR rows, a CSV
 block), whatever the edge count and the feature width; written pages of the maps are
-unmapped every ``RELEASE_BYTES``. Measured figures: docs/datasets.md. Disk: the dataset plus,
-while the CSR is built, about 24 bytes per edge of scratch files. Everything (the scratch
+unmapped every ``RELEASE_BYTES``. Measured figures: docs/datasets.md. Disk: the dataset plus
+scratch files of at most 16 bytes per edge line at once. Everything (the scratch
 files included) is written inside the temporary directory that becomes the dataset, so an
 interrupted run (Ctrl-C, SIGTERM through the CLI, a full disk) leaves no dataset.
 
