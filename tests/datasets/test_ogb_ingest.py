@@ -220,20 +220,33 @@ def test_counts_must_match_the_rows(tmp_path: Path) -> None:
         ingest_ogb(tmp_path / "b", "g")
 
 
+@pytest.mark.parametrize(
+    ("stage", "error", "raised"),
+    [
+        ("_write_features", OSError(errno.ENOSPC, "No space left on device"), OutputError),
+        ("_write_features", KeyboardInterrupt(), KeyboardInterrupt),  # Ctrl-C, SIGTERM via CLI
+        ("read_split_masks", KeyboardInterrupt(), KeyboardInterrupt),
+    ],
+)
 def test_interrupted_ingest_leaves_nothing_and_a_rerun_succeeds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stage: str,
+    error: BaseException,
+    raised: type[BaseException],
 ) -> None:
     _source(tmp_path)
-    write = ogb_ingest._write_features
+    write = getattr(ogb_ingest, stage)
 
-    def full(*args: object) -> int:
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def stop(*args: object) -> None:
+        assert any(tmp_path.glob(".g_npy.tmp-*/arrays"))  # inside the temporary directory
+        raise error
 
-    monkeypatch.setattr(ogb_ingest, "_write_features", full)
-    with pytest.raises(OutputError, match="no space left"):
+    monkeypatch.setattr(ogb_ingest, stage, stop)
+    with pytest.raises(raised):
         ingest_ogb(tmp_path, "g")
     assert sorted(os.listdir(tmp_path)) == ["g"]
-    monkeypatch.setattr(ogb_ingest, "_write_features", write)
+    monkeypatch.setattr(ogb_ingest, stage, write)
     ingest_ogb(tmp_path, "g")
     _assert_same(tmp_path)
 
