@@ -275,8 +275,9 @@ class TrainConfig(InputDropoutConfig, CorrectSmoothFields, Config):
     metric: str = option("auto", METRIC_HELP, choices=METRIC_CHOICES)
     prune: str = option(
         "auto",
-        "in training, compute each layer only at the rows the loss reaches (exact; auto: gcn "
-        "and sage without BatchNorm, the layers where it removes >= 10%% of the edges; off)",
+        "in training, compute each layer only at the rows the loss reaches (exact; auto: "
+        "gcn, sage, gin and graphconv without BatchNorm, the layers where it removes >= 10%% of "
+        "the edges; mlp, sgc and sign: the steps on the training rows alone; off)",
         choices=("auto", "off"),
     )
     precision: str = precision_option()
