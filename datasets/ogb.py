@@ -2,15 +2,14 @@
 
 Reads ``<root>/<name with - as _>/raw/{edge,node-feat,node-label,num-node-list,
 num-edge-list}.csv.gz`` (and ``edge_feat.csv.gz`` / ``edge_weight.csv.gz`` when present:
-per-edge feature rows and weights, carried with their edges) and
-``split/<scheme>/{train,valid,test}.csv.gz`` with pyarrow's CSV reader (streamed from gzip,
-parsed on several threads, a progress bar on large files). Labels
-that are NaN (unlabelled nodes of papers100M) become ``-1``. No download ever happens.
-
-Processed arrays are cached as ``.npy`` files in ``<dataset>/processed/<variant>/`` (written
-atomically; loadable with mmap), keyed by the sizes and modification times of every raw and
-split file, so editing a raw file invalidates the cache. Nothing is written when the dataset
-directory is not writable (shared read-only copies).
+per-edge feature rows and weights, carried with their edges) and ``split/<scheme>/{train,
+valid,test}.csv.gz`` whole into memory with pyarrow's CSV reader (a progress bar on large
+files); a graph too large for that is refused first (:mod:`~fullgraph.datasets.ogb_memory`,
+naming ``fullgraph data ingest``). NaN labels (papers100M's unlabelled nodes) become ``-1``.
+No download ever happens. Processed arrays are cached as ``.npy`` files in
+``<dataset>/processed/<variant>/`` (atomic; loadable with mmap), keyed by the sizes and
+modification times of every raw and split file (editing one invalidates the cache); nothing
+is written when the dataset directory is not writable (shared read-only copies).
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from fullgraph.atomic import atomic_dir, atomic_write_json
 from fullgraph.datasets.edges import check_edge_ids, edges_to_csr_with_values, index_to_mask
 from fullgraph.datasets.graph import GRAPH_ARRAYS, Graph, first_overlap, nonfinite_rows
 from fullgraph.datasets.npy_layout import is_npy_dataset, read_npy_dataset
+from fullgraph.datasets.ogb_memory import check_in_memory_read
 from fullgraph.datasets.ogb_writer import MARKER_FORMAT
 from fullgraph.datasets.paths import dataset_dir, raw_dir
 from fullgraph.errors import DataError
@@ -312,6 +312,7 @@ def _parse(d: Path, name: str, marker: dict, symmetric: bool, remove_self_loops:
             f"files is wrong"
         )
     y = label_ids(label_path, yf)
+    check_in_memory_read(d, name, n, m)  # the node count checked; before the large files
     edge_path = raw / "edge.csv.gz"
     # an edgeless graph (num-edge-list says 0) is valid: its edge file is empty
     edges = read_csv_columns(
