@@ -51,15 +51,15 @@ class RowRank(LinearRank):
         #: training steps run on the training rows alone (:mod:`fullgraph.training.train_rows`)
         self.rows_only = restricts_stack(self.model, cfg) and not predict
 
-    def train_rows_inputs(self, width: int, elem: int) -> None:
+    def train_rows_inputs(self, hops_width: int = 0, elem: int = F32) -> None:
         """What :func:`~fullgraph.training.train_rows.train_rows` keeps for the run: the
-        training rows' input rows (``width`` values of ``elem`` bytes), their features,
-        labels, ids and rows (the features again where the input is them)."""
+        training rows' features, labels, ids and rows, and their precomputed hops
+        (``hops_width`` values of ``elem`` bytes a row; 0: the stack reads no hops)."""
         if not self.rows_only:
             return
         t, F = self.p.num_train, self.g.num_features
-        extra = elem * t * width if width != F or elem != F32 else 0
-        self.led.add("training rows", "features", extra + F32 * t * F + 4 * I64 * t)
+        hops = elem * t * hops_width
+        self.led.add("training rows", "features", hops + F32 * t * F + 4 * I64 * t)
 
     def train_step(self) -> None:
         """:meth:`~fullgraph.memory.replay.RankReplay.train_step`, on the training rows alone
@@ -92,7 +92,7 @@ class RowRank(LinearRank):
         led.drop("part ids", "part indices")  # no edge structure is kept
         if self.g.edge_value_bytes(p):
             led.drop("part edge values")
-        self.train_rows_inputs(self.g.num_features, F32)
+        self.train_rows_inputs()
         self._parameters()
 
     def _slice_structure(self, halo_edges: int) -> None:

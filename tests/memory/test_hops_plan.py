@@ -71,6 +71,8 @@ def test_the_hops_are_kept_with_the_features() -> None:
         auto = replace(sign, prune="auto")
         base_auto = _setup_features(TrainConfig(model="mlp", layers=2, input_dropout=0.0), shape)
         assert _setup_features(auto, shape) - base_auto == 4 * (n + t) * (k + 1) * f, k
+        sgc_auto = replace(sgc, prune="auto")  # A^K X of the training rows, F wide
+        assert _setup_features(sgc_auto, shape) - base_auto == 4 * (n + t) * f, k
 
 
 def test_the_precompute_peak_grows_with_the_hops_and_exchanges() -> None:
